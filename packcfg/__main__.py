@@ -1,0 +1,3 @@
+from packcfg.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""The `packcfg` command line: a thin dispatcher over the flows.
+
+Each subcommand lives in a light `commands` module of its flow that defines
+`add_arguments(parser)` and `run(args) -> int`; those modules import only the
+standard library at top level, so building the parser never imports a heavy flow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from packcfg import __version__
+
+# subcommand -> (module, one-line help). Order is the order shown in --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "lint": ("packcfg.lint.commands.lint", "check experiment YAMLs against every packing rule"),
+    "explain": ("packcfg.lint.commands.explain", "explain a rule: why, a failing and a passing example"),
+    "rules": ("packcfg.lint.commands.rules", "list every rule with its code and severity"),
+    "schema": ("packcfg.lint.commands.schema", "print the JSON Schema of the experiment config"),
+    "analyze": ("packcfg.packing.commands.analyze", "plan packs for a dataset and report the stats"),
+    "pack": ("packcfg.packing.commands.pack", "pack a tokenized dataset into Bridge's packed Parquet"),
+    "verify": ("packcfg.packing.commands.verify", "check a packed Parquet file (and against its source)"),
+    "train": ("packcfg.train.commands.train", "run the bundled megatron-core packed-training executor"),
+    "render": ("packcfg.launch.commands.render", "render the job bundle (scripts, manifest, config)"),
+    "launch": ("packcfg.launch.commands.launch", "lint, render and submit a job"),
+    "status": ("packcfg.launch.commands.status", "show job records and their state"),
+    "logs": ("packcfg.launch.commands.logs", "print a job's logs"),
+    "cancel": ("packcfg.launch.commands.cancel", "cancel a job"),
+    "demo": ("packcfg.demo.commands.demo", "run the whole packed pipeline on the tiny CPU recipe"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="packcfg",
+        description="Validate, pack, launch and train packed-sequence fine-tuning on Megatron.",
+    )
+    parser.add_argument("--version", action="version", version=f"packcfg {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if not exc.name or not module_name.startswith(exc.name):
+                raise
+            continue  # a flow not built yet in this checkout
+        p = sub.add_parser(name, help=help_text, description=getattr(module, "DESCRIPTION", help_text))
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print("packcfg: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

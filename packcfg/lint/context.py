@@ -1,0 +1,55 @@
+"""What a rule sees: the normalised config, derived facts, and where each value came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from packcfg.core.diagnostics import ConfigPath, Position
+
+if TYPE_CHECKING:
+    from packcfg.lint.facts import Facts
+
+_MISSING: Any = object()
+
+
+class SourceMap(Protocol):
+    """Positions of the keys of a merged config (built by the loader, with override provenance)."""
+
+    def position(self, path: ConfigPath) -> Position:
+        """Where `path` was set; for a missing key, its nearest present parent section."""
+        ...
+
+
+@dataclass
+class RuleContext:
+    """Everything a rule may read. Rules never parse YAML or compute positions themselves."""
+
+    config: dict[str, Any]  # normalised: legacy spellings mapped to current ones
+    facts: Facts  # derived once: packing mode, CP/TP/SP, alignment multiple, family, ...
+    sources: SourceMap
+    profile: str = "current"  # "current" | "legacy"
+    renamed: dict[ConfigPath, ConfigPath] = field(default_factory=dict)  # normalised path -> as written
+    pack_metadata: list[dict[str, Any]] | None = None  # for PK131, when known
+
+    def has(self, path: ConfigPath) -> bool:
+        return self.get(path, _MISSING) is not _MISSING
+
+    def get(self, path: ConfigPath, default: Any = None) -> Any:
+        """The value as written (after normalisation); `default` when absent. No schema defaults."""
+        node: Any = self.config
+        for key in path:
+            if not isinstance(node, dict) or key not in node:
+                return default
+            node = node[key]
+        return node
+
+    def written_path(self, path: ConfigPath) -> ConfigPath:
+        """The path as the user spelled it (a legacy key maps back to where it was written)."""
+        for i in range(len(path), 0, -1):
+            if path[:i] in self.renamed:
+                return self.renamed[path[:i]] + path[i:]
+        return path
+
+    def position(self, path: ConfigPath) -> Position:
+        return self.sources.position(self.written_path(path))
