@@ -31,6 +31,7 @@ class RuleContext:
     profile: str = "current"  # "current" | "legacy"
     renamed: dict[ConfigPath, ConfigPath] = field(default_factory=dict)  # normalised path -> as written
     pack_metadata: list[dict[str, Any]] | None = None  # for PK131, when known
+    schema_issues: list[Any] = field(default_factory=list)  # SchemaIssue from core.schema.validate
 
     def has(self, path: ConfigPath) -> bool:
         return self.get(path, _MISSING) is not _MISSING
