@@ -32,6 +32,7 @@ class RuleContext:
     renamed: dict[ConfigPath, ConfigPath] = field(default_factory=dict)  # normalised path -> as written
     pack_metadata: list[dict[str, Any]] | None = None  # for PK131, when known
     schema_issues: list[Any] = field(default_factory=list)  # SchemaIssue from core.schema.validate
+    check_paths: bool = False  # `lint --check-paths`: rules may look at the file system (DS704)
 
     def has(self, path: ConfigPath) -> bool:
         return self.get(path, _MISSING) is not _MISSING

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""Benchmark packcfg's planners against the lower bound and a plain best-fit-decreasing reference.
+
+One run prints, side by side, for each length distribution and capacity (2048/4096/8192):
+every algorithm's packs, gap to the lower bound ceil(sum/capacity), efficiency and planning time, plus
+a best-fit-decreasing reference written the textbook way (pure Python, a segment tree over remaining
+capacities). Then: `histogram` and `bfd` on 16M lengths (time, and planning memory measured in a
+child process), and packing 1M real-ish samples end to end (read Parquet, plan, write packed Parquet).
+
+Distributions: `lognormal` (mu 6, sigma 1, clipped to [8, 4096]) and `realish`, a long-tailed mix of
+short chat turns, medium instructions and long documents. Samples longer than the capacity are clipped
+to it (the planners' `truncate` policy) so that every planner sees the same input.
+
+Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from packcfg.packing import plan  # noqa: E402
+
+CAPACITIES = (2048, 4096, 8192)
+ALGOS = ("bfd", "histogram", "ffd", "first_fit_shuffle", "greedy_buffer", "sequential")
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+def lognormal_lengths(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.clip(rng.lognormal(6.0, 1.0, n), 8, 4096).astype(np.int64)
+
+
+def realish_lengths(n: int, seed: int = 1) -> np.ndarray:
+    """A long-tailed SFT-like mix: 55% short chat turns, 35% instructions, 10% long documents."""
+    rng = np.random.default_rng(seed)
+    kind = rng.choice(3, size=n, p=[0.55, 0.35, 0.10])
+    out = np.empty(n, dtype=np.float64)
+    k0, k1, k2 = kind == 0, kind == 1, kind == 2
+    out[k0] = rng.lognormal(4.6, 0.7, k0.sum())  # ~100 tokens
+    out[k1] = rng.lognormal(6.2, 0.6, k1.sum())  # ~500 tokens
+    out[k2] = 1500 * (1 + rng.pareto(1.5, k2.sum()))  # heavy tail from 1.5k
+    return np.clip(out, 4, 16384).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------- reference
+
+
+def reference_bfd(lengths: np.ndarray, capacity: int) -> int:
+    """Textbook best-fit decreasing, item by item, in pure Python.
+
+    A segment tree over remaining capacities 0..capacity (leaf r: how many open bins have r left) finds
+    the tightest bin that fits in O(log capacity) per item. Returns the number of bins.
+    """
+    size = 1
+    while size < capacity + 1:
+        size *= 2
+    tree = [0] * (2 * size)  # node: number of open bins whose remaining capacity lies in its range
+
+    def add(r: int, delta: int) -> None:
+        i = r + size
+        while i:
+            tree[i] += delta
+            i >>= 1
+
+    def first_at_least(need: int) -> int:
+        """Smallest r >= need with an open bin, or -1."""
+        i = need + size
+        if tree[i]:
+            return need
+        # climb until a right sibling to the right of the path has bins, then descend leftmost
+        while i > 1:
+            if i & 1 == 0 and tree[i + 1]:
+                i += 1
+                while i < size:
+                    i = 2 * i if tree[2 * i] else 2 * i + 1
+                return i - size
+            i >>= 1
+        return -1
+
+    bins = 0
+    for length in sorted(lengths.tolist(), reverse=True):
+        r = first_at_least(length)
+        if r < 0:
+            bins += 1
+            add(capacity - length, 1)
+        else:
+            add(r, -1)
+            add(r - length, 1)
+    return bins
+
+
+# --------------------------------------------------------------------------------------------- runs
+
+
+def fmt_row(cols: list[str], widths: list[int]) -> str:
+    return "  ".join(
+        c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths, strict=True))
+    )
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print(fmt_row(header, widths))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(fmt_row(r, widths))
+    sys.stdout.flush()
+
+
+def quality_table(n: int, skip_slow: bool) -> None:
+    print(f"\n## Packs vs lower bound and time, N = {n:,} samples per distribution\n")
+    header = [
+        "dist",
+        "cap",
+        "algorithm",
+        "packs",
+        "LB",
+        "gap",
+        "gap %",
+        "target",
+        "eff %",
+        "time s",
+        "vs ref",
+    ]
+    rows: list[list[str]] = []
+    for name, gen in (("lognormal", lognormal_lengths), ("realish", realish_lengths)):
+        base = gen(n)
+        for cap in CAPACITIES:
+            lengths = np.minimum(base, cap)
+            t = time.perf_counter()
+            ref = reference_bfd(lengths, cap)
+            t_ref = time.perf_counter() - t
+            lb = -(-int(lengths.sum()) // cap)
+            target = lb + max(5, int(0.0001 * lb))
+            rows.append(
+                [
+                    name,
+                    str(cap),
+                    "reference BFD (py)",
+                    f"{ref:,}",
+                    f"{lb:,}",
+                    str(ref - lb),
+                    f"{100 * (ref - lb) / lb:.4f}",
+                    "",
+                    f"{100 * lengths.sum() / (ref * cap):.3f}",
+                    f"{t_ref:.2f}",
+                    "1.0x",
+                ]
+            )
+            for algo in ALGOS:
+                if skip_slow and algo == "first_fit_shuffle" and n > 200_000:
+                    continue
+                t = time.perf_counter()
+                p = plan(lengths, cap, algo, seed=0)
+                _ = p.order  # the histogram planner builds the assignment lazily: include it
+                dt = time.perf_counter() - t
+                s = p.stats
+                ok = ""
+                if algo == "bfd":
+                    ok = "ok" if s["packs"] <= target else "MISS"
+                elif algo == "histogram":
+                    ok = "ok" if s["packs"] <= lb * 1.0005 else "MISS"
+                rows.append(
+                    [
+                        name,
+                        str(cap),
+                        algo,
+                        f"{s['packs']:,}",
+                        f"{lb:,}",
+                        str(s["gap_to_lower_bound"]),
+                        f"{s['gap_to_lower_bound_pct']:.4f}",
+                        ok,
+                        f"{100 * s['efficiency']:.3f}",
+                        f"{dt:.2f}",
+                        f"{t_ref / dt:.1f}x",
+                    ]
+                )
+    print_table(header, rows)
+    print(
+        "\ntarget: bfd <= LB + max(5, 0.01% LB); histogram <= LB * 1.0005. 'vs ref' = reference time / time."
+    )
+
+
+CHILD = r"""
+import json, resource, sys, time, tracemalloc
+import numpy as np
+sys.path.insert(0, {root!r})
+from packcfg.packing import plan
+n, cap, algo, lazy, trace = {n}, {cap}, {algo!r}, {lazy}, {trace}
+lengths = np.clip(np.random.default_rng(0).lognormal(6.0, 1.0, n), 8, 4096).astype(np.int64)
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if trace:
+    tracemalloc.start()
+t = time.perf_counter()
+p = plan(lengths, cap, algo)
+t_plan = time.perf_counter() - t
+if not lazy:
+    _ = p.order
+t_all = time.perf_counter() - t
+peak = tracemalloc.get_traced_memory()[1] if trace else 0
+rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(dict(packs=p.num_packs, lb=p.stats["lower_bound"], t_plan=t_plan, t_all=t_all,
+                      traced_peak=peak, rss_before=rss0 * 1024, rss_peak=rss1 * 1024)))
+"""
+
+
+def _child(root: str, n: int, cap: int, algo: str, lazy: bool, trace: bool) -> dict:
+    code = CHILD.format(root=root, n=n, cap=cap, algo=algo, lazy=lazy, trace=trace)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def big_table(n: int) -> None:
+    print(f"\n## {n / 1e6:.0f}M lognormal lengths (fresh process per run: time; then memory in another)\n")
+    root = str(Path(__file__).resolve().parents[1])
+    header = ["dist", "cap", "algorithm", "packs", "LB", "gap %", "time s", "traced MB", "RSS +MB", "RSS MB"]
+    rows = []
+    for algo, lazy in (("histogram", True), ("histogram", False), ("bfd", False)):
+        for cap in (4096, 8192):
+            # timing without tracemalloc (it slows every allocation); memory in a second fresh process
+            r = _child(root, n, cap, algo, lazy, trace=False)
+            m = _child(root, n, cap, algo, lazy, trace=True)
+            label = (
+                "histogram (stats only)" if lazy else ("histogram + bins" if algo == "histogram" else algo)
+            )
+            rows.append(
+                [
+                    "lognormal",
+                    str(cap),
+                    label,
+                    f"{r['packs']:,}",
+                    f"{r['lb']:,}",
+                    f"{100 * (r['packs'] - r['lb']) / r['lb']:.4f}",
+                    f"{r['t_all']:.2f}",
+                    f"{m['traced_peak'] / 2**20:.0f}",
+                    f"{(r['rss_peak'] - r['rss_before']) / 2**20:.0f}",
+                    f"{r['rss_peak'] / 2**20:.0f}",
+                ]
+            )
+    print_table(header, rows)
+    print("\ntime: plan() (+ building the per-sample assignment where not 'stats only');")
+    print("traced MB: tracemalloc peak during planning (numpy included, the input array excluded);")
+    print(
+        "RSS +MB: peak RSS growth during planning; RSS MB: the child's peak RSS, interpreter and input included."
+    )
+
+
+def e2e(n: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from packcfg.packing import PackSettings, pack_dataset
+
+    print(
+        f"\n## End to end: {n:,} real-ish samples (read Parquet of token ids, plan, write packed Parquet)\n"
+    )
+    rng = np.random.default_rng(2)
+    lengths = np.minimum(realish_lengths(n, seed=3), 4096)
+    with tempfile.TemporaryDirectory(prefix="packcfg-bench-") as tmp:
+        src = Path(tmp) / "samples.parquet"
+        t = time.perf_counter()
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        with pq.ParquetWriter(
+            src, pa.schema([("input_ids", pa.list_(pa.int32())), ("answer_start_idx", pa.int32())])
+        ) as w:
+            step = 50_000
+            for lo in range(0, n, step):
+                hi = min(n, lo + step)
+                off = offsets[lo : hi + 1] - offsets[lo]
+                vals = rng.integers(3, 32000, size=int(off[-1]), dtype=np.int32)
+                ans = (lengths[lo:hi] // 3).astype(np.int32)
+                ids = pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(vals))
+                w.write_table(pa.table({"input_ids": ids, "answer_start_idx": ans}))
+        t_gen = time.perf_counter() - t
+        size_mb = src.stat().st_size / 2**20
+        rows = []
+        for cap in (4096,):  # one capacity: writing dominates and does not depend on it
+            s = PackSettings(
+                source=src,
+                output=Path(tmp) / f"packed{cap}.parquet",
+                metadata=Path(tmp) / f"meta{cap}.json",
+                capacity=cap,
+                algorithm="bfd",
+            )
+            t = time.perf_counter()
+            res = pack_dataset(s, progress=False)
+            dt = time.perf_counter() - t
+            m = res.metadata
+            tm = m["timings_s"]
+            rows.append(
+                [
+                    "realish",
+                    str(cap),
+                    "bfd",
+                    f"{n:,}",
+                    f"{int(lengths.sum()):,}",
+                    f"{m['packs']:,}",
+                    f"{m['lower_bound']:,}",
+                    f"{m['packing_efficiency']:.2f}",
+                    f"{tm['read']:.1f}/{tm['plan']:.1f}/{tm['write']:.1f}",
+                    f"{dt:.1f}",
+                    f"{n / dt:,.0f}",
+                ]
+            )
+            res.train_path.unlink()
+        header = [
+            "dist",
+            "cap",
+            "algorithm",
+            "samples",
+            "tokens",
+            "packs",
+            "LB",
+            "eff %",
+            "read/plan/write s",
+            "total s",
+            "samples/s",
+        ]
+        print_table(header, rows)
+        print(
+            f"\nsource: {size_mb:,.0f} MiB Parquet, generated in {t_gen:.1f}s (not counted); total includes the "
+            "source checksum (sha256)."
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: 100k / 1M / 100k")
+    ap.add_argument("--n", type=int, help="samples per distribution in the side-by-side table (default 1M)")
+    ap.add_argument("--big", type=int, help="lengths for the big planning run (default 16M)")
+    ap.add_argument("--e2e", type=int, help="samples for the end-to-end run (default 1M)")
+    ap.add_argument("--skip-slow", action="store_true", help="skip first_fit_shuffle at large N")
+    args = ap.parse_args(argv)
+    n = args.n or (100_000 if args.quick else 1_000_000)
+    big = args.big or (1_000_000 if args.quick else 16_000_000)
+    n_e2e = args.e2e or (100_000 if args.quick else 1_000_000)
+    print(
+        f"# packcfg bench/packing.py  python {platform.python_version()}, numpy {np.__version__}, "
+        f"{platform.machine()}, {os.cpu_count()} CPUs"
+    )
+    quality_table(n, args.skip_slow)
+    big_table(big)
+    e2e(n_e2e)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""Packed vs padded training throughput on CPU, for the same real tokens (issue 4's speed table).
+
+    python bench/train.py [--samples 256] [--seq-length 1024] [--threads 2]
+
+Trains one pass over the same samples three ways with the executor's own pieces (model, batches,
+forward/backward, AdamW): offline packed (THD, packs planned by packcfg.packing.plan), padded to the
+longest sample of each micro-batch, and padded to seq_length (Bridge's pad_to_max_length). Two length
+mixes: a realistic one (log-normal, most samples far shorter than seq_length) and a uniform one (every
+sample the same length: nothing to remove, so packed must simply not be slower).
+
+Then two profiles: THD RoPE time as the number of samples in a pack grows (packcfg's gather vs
+megatron's unfused per-sample loop), and the CPU attention methods for one pack (per-sample SDPA loop,
+one SDPA with a block-diagonal mask, unpack-to-padded SDPA). Prints tables; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from packcfg.packing import plan  # noqa: E402
+from packcfg.train.attention import Rope, RopeSpec, thd_positions  # noqa: E402
+from packcfg.train.batches import MicroBatch, Sample, pack_thd, pad_batch  # noqa: E402
+from packcfg.train.model import build_model  # noqa: E402
+from packcfg.train.optim import build_optimizer  # noqa: E402
+from packcfg.train.parallel import distributed  # noqa: E402
+from packcfg.train.settings import TrainSettings  # noqa: E402
+from packcfg.train.step import forward_backward  # noqa: E402
+
+
+def bench_config(seq_length: int) -> dict:
+    return {
+        "model": {
+            "num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 768, "num_attention_heads": 8,
+            "num_query_groups": 4, "kv_channels": 32, "seq_length": seq_length, "vocab_size": 4096,
+            "transformer_impl": "local",
+        },
+        "train": {"train_iters": 1},
+        "optimizer": {"lr": 1e-4},
+    }  # fmt: skip
+
+
+def length_mix(kind: str, n: int, seq_length: int, rng: np.random.Generator) -> np.ndarray:
+    """Runtime lengths. `realistic`: log-normal around seq_length/8 (a long tail up to seq_length)."""
+    if kind == "uniform":
+        return np.full(n, seq_length // 4)
+    return np.clip(rng.lognormal(np.log(seq_length / 8), 0.8, n), 8, seq_length).astype(int)
+
+
+def make_samples(lengths: np.ndarray, vocab: int, rng: np.random.Generator) -> list[Sample]:
+    return [Sample(rng.integers(1, vocab, n + 1), np.ones(n + 1, np.int8)) for n in lengths]
+
+
+@dataclass
+class Row:
+    mix: str
+    layout: str
+    micro_batches: int
+    real: int
+    computed: int
+    seconds: float
+
+
+def run_layout(model, optimizer, batches: list[MicroBatch], group: int) -> float:
+    """Seconds for one pass: `group` micro-batches per optimizer step (gradient accumulation)."""
+    forward_backward(model, batches[:1])  # warm-up (allocator, first-call overheads)
+    model.zero_grad()
+    t0 = time.perf_counter()
+    for i in range(0, len(batches), group):
+        optimizer.zero_grad(set_to_none=False)
+        forward_backward(model, batches[i : i + group])
+        optimizer.step()
+    return time.perf_counter() - t0
+
+
+def throughput_table(args: argparse.Namespace) -> list[Row]:
+    rows = []
+    settings = TrainSettings.from_config(bench_config(args.seq_length))
+    model = build_model(settings.model, seed=0)
+    optimizer = build_optimizer(model, settings.optim)
+    for mix in ("realistic", "uniform"):
+        rng = np.random.default_rng(0)
+        lengths = length_mix(mix, args.samples, args.seq_length, rng)
+        samples = make_samples(lengths, settings.model.vocab_size, rng)
+        packs = plan(lengths, args.seq_length, algorithm="bfd").bins
+        mbs = args.micro_batch_size
+        layouts = {
+            "packed (THD)": ([pack_thd([samples[i] for i in b]) for b in packs], 1),
+            f"padded, longest in MBS {mbs}": (
+                [pad_batch(samples[i : i + mbs]) for i in range(0, len(samples), mbs)], 1),
+            f"padded to seq_length, MBS {mbs}": (
+                [pad_batch(samples[i : i + mbs], pad_to=args.seq_length) for i in range(0, len(samples), mbs)], 1),
+        }  # fmt: skip
+        for name, (batches, group) in layouts.items():
+            seconds = run_layout(model, optimizer, batches, group)
+            real = sum(b.real_tokens for b in batches)
+            computed = sum(b.padded_tokens for b in batches)
+            rows.append(Row(mix, name, len(batches), real, computed, seconds))
+    return rows
+
+
+def print_throughput(rows: list[Row]) -> None:
+    print("\n## Packed vs padded, same samples, one pass (fwd+bwd+AdamW), CPU")
+    print("| length mix | layout | micro-batches | real tokens | computed tokens | padding | time s | real tok/s | time vs padded-longest |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        ref = next(r for r in rows if r.mix == row.mix and r.layout.startswith("padded, longest"))
+        print(
+            f"| {row.mix} | {row.layout} | {row.micro_batches} | {row.real:,} | {row.computed:,} | "
+            f"{1 - row.real / row.computed:.0%} | {row.seconds:.2f} | {row.real / row.seconds:,.0f} | "
+            f"{row.seconds / ref.seconds:.2f}x |"
+        )
+
+
+def timed(fn: Callable[[], object], repeat: int = 5) -> float:
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - t0) / repeat
+
+
+def rope_profile(total: int = 8192, heads: int = 8, dim: int = 32) -> None:
+    """THD RoPE for one pack of `total` tokens split into n samples: packcfg vs megatron's loop."""
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_thd
+
+    from packcfg.train.mcore_compat import parallel_state
+
+    rope = Rope(RopeSpec(dim=dim))
+    x = torch.randn(total, heads, dim)
+    freqs_table = torch.outer(torch.arange(total, dtype=torch.float32), rope.inv_freq)
+    freqs_table = torch.cat((freqs_table, freqs_table), -1)[:, None, None, :]
+    print(f"\n## THD RoPE cost vs samples per pack ({total:,} tokens, {heads} heads x {dim}), forward, CPU")
+    print("| samples in pack | packcfg (positions by searchsorted, one gather) ms | megatron unfused THD (per-sample loop) ms | max abs diff |")
+    print("|---|---|---|---|")
+    cp_group = parallel_state.get_context_parallel_group()
+    for n in (1, 8, 64, 512):
+        cu = torch.linspace(0, total, n + 1).round().to(torch.int32)
+
+        def ours() -> torch.Tensor:
+            cos, sin = rope.cos_sin(thd_positions(cu, total))
+            return rope.apply(x, cos, sin)
+
+        def theirs() -> torch.Tensor:
+            return _apply_rotary_pos_emb_thd(x, cu, freqs_table, cp_group=cp_group)
+
+        diff = float((ours() - theirs()).abs().max())
+        print(f"| {n} | {timed(ours) * 1e3:.2f} | {timed(theirs) * 1e3:.2f} | {diff:.1e} |")
+
+
+def attention_profile(total: int = 8192, heads: int = 8, dim: int = 32, samples: int = 32) -> None:
+    """Exact causal-within-sample attention over one pack, fwd+bwd, three CPU methods."""
+    rng = np.random.default_rng(1)
+    cuts = np.sort(rng.choice(np.arange(1, total), samples - 1, replace=False))
+    cu = [0, *cuts.tolist(), total]
+    q, k, v = (torch.randn(heads, total, dim, requires_grad=True) for _ in range(3))
+
+    def loop() -> None:
+        out = torch.cat(
+            [F.scaled_dot_product_attention(q[:, a:b], k[:, a:b], v[:, a:b], is_causal=True) for a, b in zip(cu[:-1], cu[1:])],
+            dim=1,
+        )
+        out.sum().backward()
+
+    seg = torch.repeat_interleave(torch.arange(samples), torch.tensor(np.diff(cu)))
+    idx = torch.arange(total)
+    mask = (seg[:, None] == seg[None, :]) & (idx[None, :] <= idx[:, None])
+
+    def block_diagonal() -> None:
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+
+    width = int(np.diff(cu).max())
+
+    def unpack_pad() -> None:
+        def pad(t: torch.Tensor) -> torch.Tensor:
+            return torch.stack([F.pad(t[:, a:b], (0, 0, 0, width - (b - a))) for a, b in zip(cu[:-1], cu[1:])])
+
+        out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), is_causal=True)
+        torch.cat([out[i, :, : b - a] for i, (a, b) in enumerate(zip(cu[:-1], cu[1:]))], dim=1).sum().backward()
+
+    print(f"\n## Attention methods, one pack of {total:,} tokens, {samples} samples, {heads} heads x {dim}, fwd+bwd, CPU")
+    print("| method | ms |")
+    print("|---|---|")
+    for name, fn in (("per-sample SDPA loop (packcfg)", loop), ("unpack to padded, one SDPA", unpack_pad),
+                     ("one SDPA, block-diagonal mask", block_diagonal)):  # fmt: skip
+        print(f"| {name} | {timed(fn, repeat=3) * 1e3:.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=256)
+    parser.add_argument("--seq-length", type=int, default=1024)
+    parser.add_argument("--micro-batch-size", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; model 4 layers x 256 hidden, GQA 8/4 heads")
+    with distributed():
+        print_throughput(throughput_table(args))
+        rope_profile()
+        attention_profile()
+
+
+if __name__ == "__main__":
+    main()

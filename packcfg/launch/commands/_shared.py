@@ -1,0 +1,70 @@
+"""Arguments and error handling shared by the launch commands (standard library only)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, *, short_override: bool = True) -> None:
+    """CONFIG, -c FILE, overrides, --backend, --allow, --profile. `render` keeps `-o` for its output
+    folder (as the issue spells it), so there the overrides are `--override`/`--set` only."""
+    parser.add_argument("config", metavar="CONFIG", help="experiment YAML")
+    parser.add_argument(
+        "-c",
+        "--config",
+        dest="extra_configs",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="override YAML merged after CONFIG (repeatable, in order)",
+    )
+    flags = ("-o", "--override", "--set") if short_override else ("--override", "--set")
+    parser.add_argument(
+        *flags,
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted override, e.g. train.train_iters=10 (repeatable)",
+    )
+    parser.add_argument("--backend", choices=("local", "slurm", "nemo-run"), help="override launch.backend")
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="CODE",
+        help="let lint errors of this rule through (repeatable; recorded in the manifest)",
+    )
+    parser.add_argument("--profile", help="lint profile for the gate")
+
+
+def add_state_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="job records folder (default $PACKCFG_STATE_DIR or ~/.local/state/packcfg)",
+    )
+
+
+def config_files(args: argparse.Namespace) -> list[str]:
+    return [args.config, *args.extra_configs]
+
+
+def guarded(body: Callable[[], int]) -> int:
+    """Run a command body; a LaunchError is one line on stderr, never a traceback."""
+    from packcfg.launch import LaunchError
+
+    try:
+        return body()
+    except LaunchError as exc:
+        report = getattr(exc, "report", None)
+        if report:
+            sys.stdout.write(report)
+            sys.stdout.flush()
+        print(f"packcfg: {exc}", file=sys.stderr)
+        refused = exc.__class__.__name__ in ("GateRefused", "DuplicateJob")
+        return EXIT_REFUSED if refused else EXIT_ERROR

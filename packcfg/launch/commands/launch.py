@@ -1,0 +1,99 @@
+"""`packcfg launch CONFIG`: lint gate, render, submit, record."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from packcfg.launch.commands._shared import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    add_config_arguments,
+    add_state_argument,
+    config_files,
+    guarded,
+)
+
+DESCRIPTION = (
+    "Lint the experiment (errors refuse the launch unless --allow CODE), render the job bundle, "
+    "submit it to the backend and keep a job record. The same config is refused a second time "
+    "unless --force."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="gate and render, print what would run; submit nothing"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="submit even if this config hash was submitted before"
+    )
+    parser.add_argument(
+        "--executor",
+        choices=("slurm", "local"),
+        default="slurm",
+        help="NeMo-Run executor for --backend nemo-run (default: slurm)",
+    )
+    parser.add_argument(
+        "--bundle-dir", metavar="DIR", help="where to write the bundle (default: in the state dir)"
+    )
+    parser.add_argument(
+        "--wait", action="store_true", help="wait for the job to finish; exit 1 unless COMPLETED"
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="with --wait: give up after this long"
+    )
+    add_state_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    def body() -> int:
+        from packcfg.launch import service
+        from packcfg.launch.state import COMPLETED, JobStore
+
+        result = service.launch(
+            config_files(args),
+            args.overrides,
+            backend=args.backend,
+            executor=args.executor,
+            allow=args.allow,
+            force=args.force,
+            dry_run=args.dry_run,
+            state_dir=args.state_dir,
+            bundle_dir=Path(args.bundle_dir) if args.bundle_dir else None,
+            profile=args.profile,
+        )
+        for code in result.gate.unused_allows:
+            print(
+                f"packcfg: --allow {code}: no such lint error in this config (not recorded)", file=sys.stderr
+            )
+        for allowed in result.gate.allowed:
+            print(
+                f"packcfg: allowed {allowed.code} ({len(allowed.messages)} finding(s)) by {allowed.by}",
+                file=sys.stderr,
+            )
+        if result.record is None:
+            print(f"dry run: config sha256 {result.bundle.config_hash}; would run:")
+            for cmd in result.plan:
+                print("  " + " ".join(cmd))
+            return EXIT_OK
+        record = result.record
+        print(
+            f"{record.id}: submitted to {record.backend} (native id {record.native_id}); "
+            f"bundle {record.bundle_dir}"
+        )
+        if not args.wait:
+            print(f"follow it with: packcfg logs {record.id} -f")
+            return EXIT_OK
+        store = JobStore(args.state_dir)
+        record = service.wait(
+            store,
+            record,
+            timeout=args.timeout,
+            on_change=lambda r: print(f"{r.id}: {r.status} ({r.native_state})", flush=True),
+        )
+        return EXIT_OK if record.status == COMPLETED else EXIT_REFUSED
+
+    return guarded(body)

@@ -1,0 +1,63 @@
+"""`packcfg status [JOB]`: job records and their current state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from packcfg.launch.commands._shared import EXIT_OK, add_state_argument, guarded
+
+DESCRIPTION = "Show job records, refreshing the state of unfinished jobs from their backend."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "job", nargs="?", metavar="JOB", help="a job id (or a unique prefix); all jobs when absent"
+    )
+    parser.add_argument("--json", action="store_true", help="print the record(s) as JSON")
+    add_state_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    def body() -> int:
+        from packcfg.launch import service
+        from packcfg.launch.state import JobStore
+
+        store = JobStore(args.state_dir)
+        records = [store.load(args.job)] if args.job else store.all()
+        for record in records:
+            service.refresh(store, record)
+        if args.json:
+            data = [r.to_dict() for r in records]
+            print(json.dumps(data[0] if args.job else data, indent=2))
+            return EXIT_OK
+        if args.job:
+            record = records[0]
+            for key in (
+                "id",
+                "status",
+                "native_state",
+                "backend",
+                "native_id",
+                "pack_native_id",
+                "exit_code",
+                "config_hash",
+                "bundle_dir",
+                "created_at",
+                "updated_at",
+            ):
+                print(f"{key:15} {getattr(record, key)}")
+            for path in record.log_paths:
+                print(f"{'log':15} {path}")
+            for allowed in record.allowed:
+                print(f"{'allowed':15} {allowed['code']} by {allowed['by']} at {allowed['at']}")
+            return EXIT_OK
+        if not records:
+            print(f"no jobs in {store.jobs_dir}")
+            return EXIT_OK
+        print(f"{'JOB':48} {'BACKEND':9} {'NATIVE':10} {'STATUS':10} CREATED")
+        for r in records:
+            print(f"{r.id:48} {r.backend:9} {str(r.native_id or '-'):10} {r.status:10} {r.created_at or '-'}")
+        return EXIT_OK
+
+    return guarded(body)

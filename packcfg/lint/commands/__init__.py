@@ -1,0 +1,1 @@
+"""`packcfg lint | explain | rules | schema`: thin commands over the lint library (stdlib-only imports)."""

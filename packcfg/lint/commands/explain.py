@@ -1,0 +1,54 @@
+"""`packcfg explain CODE`: what a rule checks, why, a failing and a passing example, the fix, the source."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = "Explain a rule: what it checks, why, a failing and a passing example, and its source."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("code", metavar="CODE", help="a rule code, e.g. PK110")
+
+
+def _indent(text: str) -> str:
+    return "".join(f"    {line}\n" if line else "\n" for line in text.rstrip("\n").split("\n"))
+
+
+def render(code: str) -> str | None:
+    """The explanation of `code`, or None when no rule has that code."""
+    from packcfg.lint.engine import rules
+
+    rule = rules().get(code.strip().upper())
+    if rule is None:
+        return None
+    d = rule.docs
+    parts = [
+        f"{rule.code} ({rule.severity.value}{', fixable' if rule.fixable else ''}): {rule.title}",
+        "",
+        "What it checks:",
+        _indent(d.what),
+        "Why:",
+        _indent(d.why),
+        "Fails:",
+        _indent(d.failing),
+        "Passes:",
+        _indent(d.passing),
+    ]
+    if d.fixed is not None:
+        parts += ["After `packcfg lint --fix`:", _indent(d.fixed)]
+    parts += ["Source:", _indent(d.source)]
+    return "\n".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    text = render(args.code)
+    if text is None:
+        print(
+            f"packcfg explain: unknown rule code {args.code!r}; `packcfg rules` lists every code",
+            file=sys.stderr,
+        )
+        return 2
+    sys.stdout.write(text)
+    return 0

@@ -1,0 +1,35 @@
+"""GitHub Actions workflow commands: `::error file=F,line=L,col=C,title=CODE::message`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from packcfg.core.diagnostics import Diagnostic
+
+_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def escape_data(text: str) -> str:
+    """Escape a workflow-command message (the part after `::`)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """Escape a workflow-command property value (file, title): also `:` and `,`."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render(diagnostics: Sequence[Diagnostic], files: Sequence[str], *, color: bool = False) -> str:
+    lines = []
+    for d in diagnostics:
+        props = (
+            f"file={escape_property(d.file)},line={d.line},col={d.column},"
+            f"title={escape_property(f'{d.code} {d.title}' if d.title else d.code)}"
+        )
+        message = f"{d.code} {d.message}"
+        if d.fix is not None:
+            message += f"\nfix: {d.fix.description}"
+        elif d.hint:
+            message += f"\nhint: {d.hint}"
+        lines.append(f"::{_LEVEL[d.severity.value]} {props}::{escape_data(message)}")
+    return "".join(line + "\n" for line in lines)

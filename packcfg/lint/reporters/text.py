@@ -1,0 +1,32 @@
+"""Human output: `file:line:col: CODE message`, an indented fix or hint line, then a summary line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from packcfg.core.diagnostics import Diagnostic
+from packcfg.lint.reporters import summary
+
+_COLORS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
+_BOLD, _DIM, _RESET = "\033[1m", "\033[2m", "\033[0m"
+
+
+def render(diagnostics: Sequence[Diagnostic], files: Sequence[str], *, color: bool = False) -> str:
+    lines: list[str] = []
+    for d in diagnostics:
+        where = f"{d.file}:{d.line}:{d.column}:"
+        level = d.severity.value
+        # Severity is spelled out for warnings and info: without colour an error must still look different.
+        tag = "" if level == "error" else f" [{level}]"
+        if color:
+            lines.append(
+                f"{_BOLD}{where}{_RESET} {_COLORS[level]}{d.code}{_RESET} {d.message}{_DIM}{tag}{_RESET}"
+            )
+        else:
+            lines.append(f"{where} {d.code} {d.message}{tag}")
+        if d.fix is not None:
+            lines.append(f"    fix: {d.fix.description}")
+        elif d.hint:
+            lines.append(f"    hint: {d.hint}")
+    lines.append(summary(diagnostics, files))
+    return "\n".join(lines) + "\n"

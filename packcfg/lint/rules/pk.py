@@ -1,0 +1,459 @@
+"""PK: packing mode and micro-batch rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from packcfg.core.diagnostics import Fix, Severity
+from packcfg.core.schema import value_repr
+from packcfg.lint.context import RuleContext
+from packcfg.lint.registry import Finding, RuleDocs, rule
+from packcfg.lint.rules._examples import BASE, after, edit
+from packcfg.lint.rules._helpers import SPECS, is_pos_int, set_edit, spec_path
+
+DISTTRAIN_KEYS = ("use_dist_train", "use_disttrain", "dist_train", "disttrain")
+MODE_KEYS = {
+    "offline": ("dataset", "enable_offline_packing"),
+    "in_batch": ("dataset", "enable_in_batch_packing"),
+    "energon_native": ("dataset", "packing_buffer_size"),
+}
+
+IN_BATCH = edit(
+    ("  enable_offline_packing: true\n  offline_packing_specs:\n    packed_sequence_size: 4096\n", ""),
+    ("  dataset_kwargs:\n", "  enable_in_batch_packing: true\n  dataset_kwargs:\n"),
+    ("  micro_batch_size: 1\n", "  micro_batch_size: 4\n"),
+)
+
+ENERGON = """\
+recipe:
+  name: example
+  family: qwen25_vl
+  mode: vlm_sft
+model:
+  _target_: megatron.bridge.models.qwen_vl.qwen25_vl_provider.Qwen25VLModelProvider
+  seq_length: 4096
+  calculate_per_token_loss: true
+dataset:
+  _target_: megatron.bridge.data.builders.energon.EnergonDatasetConfig
+  path: /data/energon/cord_v2
+  seq_length: 4096
+  micro_batch_size: 1
+  packing_buffer_size: 64
+  task_encoder:
+    _target_: megatron.bridge.data.builders.energon.QwenVLEnergonTaskEncoderConfig
+    hf_processor_path: Qwen/Qwen2.5-VL-7B-Instruct
+ddp:
+  average_in_collective: false
+train:
+  micro_batch_size: 1
+  global_batch_size: 32
+"""
+
+
+@rule(
+    "PK101",
+    Severity.ERROR,
+    "at most one packing mode",
+    docs=RuleDocs(
+        what="Offline packing, in-batch packing and Energon-native packing are mutually exclusive.",
+        why="Bridge rejects a config that switches on more than one (each mode owns the batch layout).",
+        failing=edit(
+            (
+                "  enable_offline_packing: true\n",
+                "  enable_offline_packing: true\n  enable_in_batch_packing: true\n",
+            )
+        ),
+        passing=BASE,
+        source="Bridge training/config.py:1276 (V3); data/energon.py:180",
+    ),
+)
+def pk101(ctx: RuleContext) -> Iterator[Finding]:
+    modes = ctx.facts.packing_modes
+    if len(modes) > 1:
+        yield Finding(
+            f"packing modes {' and '.join(modes)} are all on; choose one",
+            at=MODE_KEYS[modes[1]],
+            hint=f"keep {modes[0]} and remove {', '.join('.'.join(MODE_KEYS[m]) for m in modes[1:])}",
+        )
+
+
+@rule(
+    "PK102",
+    Severity.ERROR,
+    "offline packing flag and specs go together",
+    docs=RuleDocs(
+        what="`enable_offline_packing: true` requires `offline_packing_specs`, and specs require the flag.",
+        why="Without specs Bridge has no pack size; specs without the flag are silently ignored (no packing).",
+        failing=edit(("  offline_packing_specs:\n    packed_sequence_size: 4096\n", "")),
+        passing=BASE,
+        source="Bridge training/config.py:1278-1281",
+    ),
+)
+def pk102(ctx: RuleContext) -> Iterator[Finding]:
+    enabled = ctx.get(("dataset", "enable_offline_packing"))
+    specs = ctx.get(SPECS)
+    if enabled is True and specs is None:
+        yield Finding(
+            "dataset.enable_offline_packing is true but dataset.offline_packing_specs is not set",
+            at=("dataset", "enable_offline_packing"),
+            hint="add dataset.offline_packing_specs with packed_sequence_size",
+        )
+    elif specs is not None and enabled in (None, False):
+        yield Finding(
+            f"dataset.offline_packing_specs is set but dataset.enable_offline_packing is {value_repr(enabled)}",
+            at=SPECS,
+            hint="set dataset.enable_offline_packing: true (or remove the specs)",
+        )
+
+
+@rule(
+    "PK103",
+    Severity.ERROR,
+    "offline packed_sequence_size > 0",
+    docs=RuleDocs(
+        what="With offline packing, `offline_packing_specs.packed_sequence_size` must be a positive integer.",
+        why="Bridge's default is -1 (no packing); a non-positive or non-integer size cannot be packed into.",
+        failing=edit(("    packed_sequence_size: 4096\n", "    packed_sequence_size: 0\n")),
+        passing=BASE,
+        source="Bridge training/config.py:1600; data/datasets/packing/gpt_sft.py:198",
+    ),
+)
+def pk103(ctx: RuleContext) -> Iterator[Finding]:
+    specs = ctx.facts.specs
+    if "offline" not in ctx.facts.packing_modes or specs is None:
+        return
+    value = specs.get("packed_sequence_size", -1)
+    if not is_pos_int(value):
+        shown = value_repr(value) + (
+            "" if "packed_sequence_size" in specs else " (Bridge's default; not set)"
+        )
+        yield Finding(
+            f"offline packing needs a positive integer packed_sequence_size, got {shown}",
+            at=spec_path("packed_sequence_size"),
+            hint="set it to the packed row length, usually seq_length",
+        )
+
+
+@rule(
+    "PK110",
+    Severity.ERROR,
+    "offline packing needs micro_batch_size 1",
+    fixable=True,
+    docs=RuleDocs(
+        what="Offline packed data is already one pack per row: `train.micro_batch_size` must be 1.",
+        why=(
+            "With MBS > 1 the packed rows are stacked again, which corrupts the THD layout silently or fails "
+            "late. The equivalent config is MBS 1, GBS / MBS and packed_sequence_size * MBS."
+        ),
+        failing=edit(("  micro_batch_size: 1\n", "  micro_batch_size: 4\n")),
+        passing=BASE,
+        fixed=edit(
+            ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 16384\n"),
+            ("  global_batch_size: 128\n", "  global_batch_size: 32\n"),
+        ),
+        source="Bridge training/config.py:1604-1617; seed pitfall 1",
+    ),
+)
+def pk110(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if "offline" not in f.packing_modes or f.mbs is None or f.mbs <= 1:
+        return
+    mbs, gbs, pss = f.mbs, f.gbs, f.packed_sequence_size
+    if gbs is not None and pss is not None and gbs % mbs == 0:
+        new_gbs, new_pss = gbs // mbs, pss * mbs
+        yield Finding(
+            f"offline packing needs train.micro_batch_size 1, got {mbs}; equivalent config: micro_batch_size 1, "
+            f"global_batch_size {new_gbs} (was {gbs}), packed_sequence_size {new_pss} (was {pss})",
+            at=("train", "micro_batch_size"),
+            fix=Fix(
+                f"micro_batch_size {mbs} -> 1, global_batch_size {gbs} -> {new_gbs}, "
+                f"packed_sequence_size {pss} -> {new_pss}",
+                (
+                    set_edit(ctx, ("train", "micro_batch_size"), 1),
+                    set_edit(ctx, ("train", "global_batch_size"), new_gbs),
+                    set_edit(ctx, spec_path("packed_sequence_size"), new_pss),
+                ),
+            ),
+        )
+    else:
+        yield Finding(
+            f"offline packing needs train.micro_batch_size 1, got {mbs}; use micro_batch_size 1, "
+            f"global_batch_size {value_repr(gbs)}/{mbs} and packed_sequence_size {value_repr(pss)}*{mbs}",
+            at=("train", "micro_batch_size"),
+            hint="no automatic fix: global_batch_size is not a multiple of micro_batch_size or sizes are unknown",
+        )
+
+
+@rule(
+    "PK111",
+    Severity.ERROR,
+    "in-batch packing needs micro_batch_size > 1",
+    docs=RuleDocs(
+        what="In-batch packing concatenates the sequences of one micro-batch: `train.micro_batch_size` must be > 1.",
+        why="With MBS 1 there is nothing to pack; Bridge rejects the config.",
+        failing=edit(("  micro_batch_size: 4\n", "  micro_batch_size: 1\n"), base=IN_BATCH),
+        passing=IN_BATCH,
+        source="Bridge training/config.py:1619-1624; seed pitfall 1",
+    ),
+)
+def pk111(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if "in_batch" in f.packing_modes and f.mbs is not None and f.mbs <= 1:
+        yield Finding(
+            f"in-batch packing needs train.micro_batch_size > 1 (at least two sequences to pack), got {f.mbs}",
+            at=("train", "micro_batch_size"),
+            hint="raise micro_batch_size (and divide global_batch_size accordingly), or use offline packing",
+        )
+
+
+@rule(
+    "PK112",
+    Severity.ERROR,
+    "Energon micro-batch sizes",
+    docs=RuleDocs(
+        what="An Energon dataset's own `micro_batch_size` must equal `train.micro_batch_size`; Energon-native "
+        "packing needs `train.micro_batch_size: 1`.",
+        why="Energon owns its loader micro-batch: a mismatch breaks the batch geometry Bridge computes.",
+        failing=edit(
+            (
+                "  micro_batch_size: 1\n  global_batch_size: 32\n",
+                "  micro_batch_size: 2\n  global_batch_size: 32\n",
+            ),
+            base=ENERGON,
+        ),
+        passing=ENERGON,
+        source="Bridge training/config.py:1319-1329",
+    ),
+)
+def pk112(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if f.energon_dataset:
+        own = ctx.get(("dataset", "micro_batch_size"))
+        if is_pos_int(own) and f.mbs is not None and own != f.mbs:
+            yield Finding(
+                f"dataset.micro_batch_size is {own} but train.micro_batch_size is {f.mbs}; Energon needs them equal",
+                at=("dataset", "micro_batch_size"),
+            )
+    if f.packing_mode == "energon_native" and f.mbs is not None and f.mbs != 1:
+        yield Finding(
+            f"Energon-native packing needs train.micro_batch_size 1, got {f.mbs}",
+            at=("train", "micro_batch_size"),
+        )
+
+
+@rule(
+    "PK113",
+    Severity.WARNING,
+    "offline packing: evaluation micro-batch 1",
+    docs=RuleDocs(
+        what="With offline packing an evaluation micro-batch size > 1 fails at evaluation time.",
+        why="The packed evaluation step requires one pack per micro-batch "
+        "(`max_seqlen_q must contain exactly one value`); the run dies at its first evaluation.",
+        failing=BASE + "validation:\n  eval_micro_batch_size: 2\n",
+        passing=BASE + "validation:\n  eval_micro_batch_size: 1\n",
+        source="Bridge gpt_step / utils/packed_seq_utils.py (runtime)",
+    ),
+)
+def pk113(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if "offline" in f.packing_modes and f.eval_mbs is not None and f.eval_mbs > 1:
+        yield Finding(
+            f"offline packing with evaluation micro-batch size {f.eval_mbs} fails at evaluation "
+            "(max_seqlen_q must contain exactly one value); use 1",
+            at=("validation", "eval_micro_batch_size"),
+        )
+
+
+@rule(
+    "PK120",
+    Severity.ERROR,
+    "Energon-native packing requirements",
+    docs=RuleDocs(
+        what="Energon-native packing requires per-token loss, `ddp.average_in_collective: false`, no CUDA graphs, "
+        "PP 1, no Qwen3-VL DistTrain, a Qwen-VL task encoder and no deferred in-batch packing.",
+        why="Each is checked by Bridge or the Energon provider; one diagnostic per violated requirement.",
+        failing=edit(
+            ("  calculate_per_token_loss: true\n", "  calculate_per_token_loss: false\n"), base=ENERGON
+        ),
+        passing=ENERGON,
+        source="Bridge training/config.py:1330-1344; data/energon.py:185-204",
+    ),
+)
+def pk120(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if f.packing_mode != "energon_native":
+        return
+    if f.calculate_per_token_loss is False:
+        yield Finding(
+            "Energon-native packing needs model.calculate_per_token_loss: true",
+            at=("model", "calculate_per_token_loss"),
+        )
+    if f.average_in_collective is True:
+        yield Finding(
+            "Energon-native packing needs ddp.average_in_collective: false",
+            at=("ddp", "average_in_collective"),
+        )
+    if f.any_cuda_graph:
+        yield Finding(
+            f"Energon-native packing does not support CUDA graphs (cuda_graph_impl {value_repr(f.cuda_graph_impl)})",
+            at=("model", "cuda_graph_impl"),
+        )
+    if f.pp is not None and f.pp > 1:
+        yield Finding(
+            f"Energon-native packing needs pipeline_model_parallel_size 1, got {f.pp}",
+            at=("model", "pipeline_model_parallel_size"),
+        )
+    # Qwen3-VL DistTrain: Bridge's spelling is not pinned down; accept the ones seen in its recipes and docs
+    for key in DISTTRAIN_KEYS:
+        if ctx.get(("model", key)) not in (None, False, {}):
+            yield Finding(
+                f"Energon-native packing does not support Qwen3-VL DistTrain (model.{key})", at=("model", key)
+            )
+    encoder = ctx.get(("dataset", "task_encoder"))
+    target = encoder.get("_target_") if isinstance(encoder, dict) else encoder
+    name = target.rsplit(".", 1)[-1] if isinstance(target, str) else ""
+    if "qwen" not in name.lower():
+        yield Finding(
+            f"Energon-native packing needs a Qwen-VL task encoder, got {value_repr(name or target)}",
+            at=("dataset", "task_encoder"),
+        )
+    if f.defer_in_batch_packing:
+        yield Finding(
+            "Energon-native packing cannot be combined with dataset.defer_in_batch_packing_to_step: true",
+            at=("dataset", "defer_in_batch_packing_to_step"),
+        )
+
+
+DPO = edit(
+    ("  mode: sft\n", "  mode: dpo\n"),
+    (
+        "  _target_: megatron.bridge.training.config.FinetuningDatasetConfig\n",
+        "  _target_: megatron.bridge.data.datasets.dpo.DPODatasetConfig\n",
+    ),
+)
+
+
+@rule(
+    "PK130",
+    Severity.ERROR,
+    "DPO packing needs Transformer Engine",
+    docs=RuleDocs(
+        what="DPO with packing requires `model.transformer_impl: transformer_engine`.",
+        why="Packed DPO relies on TE's THD attention; its MBS 1 requirement is PK110's.",
+        failing=after("  calculate_per_token_loss: true", "  transformer_impl: local\n", base=DPO),
+        passing=DPO,
+        source="NeMo Aligner megatron_gpt_dpo_model.py; DPO docs",
+    ),
+)
+def pk130(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if f.mode == "dpo" and f.packing and f.transformer_impl not in (None, "transformer_engine"):
+        yield Finding(
+            f"DPO with packing needs model.transformer_impl transformer_engine, got {f.transformer_impl!r}",
+            at=("model", "transformer_impl"),
+        )
+
+
+@rule(
+    "PK131",
+    Severity.INFO,
+    "packed global batch size advice",
+    docs=RuleDocs(
+        what="A packed global batch holds packs, not samples: a packed GBS should be about "
+        "`unpacked GBS / average sequences per pack`. Shown when the average is known (pack metadata).",
+        why="Keeping the unpacked GBS after packing multiplies the samples per step by the packing factor, "
+        "which changes the optimisation (fewer, larger steps).",
+        failing=edit(
+            (
+                "    packed_sequence_size: 4096\n",
+                "    packed_sequence_size: 4096\n    packed_metadata_path: packed/metadata.json\n",
+            )
+        ),
+        passing=edit(
+            ("  enable_offline_packing: true\n  offline_packing_specs:\n    packed_sequence_size: 4096\n", "")
+        ),
+        source="NeMo Aligner DPO docs (packed sequence GBS)",
+    ),
+)
+def pk131(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    meta = ctx.pack_metadata
+    if not f.packing or not meta or f.gbs is None:
+        return
+    first = meta[0] if isinstance(meta, list) and meta and isinstance(meta[0], dict) else None
+    factor = first.get("packing_factor") if first else None
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 1:
+        return
+    # round to a whole number of micro-batches per data-parallel rank when the layout is known (PL602)
+    step = (f.mbs or 1) * (f.dp or 1)
+    suggested = max(1, round(f.gbs / factor / step)) * step
+    yield Finding(
+        f"packs hold {factor:.2f} sequences on average: global_batch_size {f.gbs} packs is about "
+        f"{f.gbs * factor:.0f} samples per step; to keep {f.gbs} samples per step use global_batch_size ~{suggested}",
+        at=("train", "global_batch_size"),
+    )
+
+
+GEMMA2 = edit(
+    ("  family: llama\n", "  family: gemma2\n"),
+    (
+        "  _target_: megatron.bridge.models.llama.llama_provider.Llama3ModelProvider8B\n",
+        "  _target_: megatron.bridge.models.gemma.gemma2_provider.Gemma2ModelProvider9B\n",
+    ),
+)
+
+
+@rule(
+    "PK140",
+    Severity.ERROR,
+    "packing needs THD-capable attention",
+    docs=RuleDocs(
+        what="Packed (THD) attention needs Transformer Engine attention: `transformer_impl: local`, or a family "
+        "whose provider forces local attention (Gemma2), cannot run any packing mode.",
+        why="Megatron Core's local DotProductAttention rejects qkv_format=thd.",
+        failing=after("  calculate_per_token_loss: true", "  transformer_impl: local\n"),
+        passing=BASE,
+        source="Megatron Core DotProductAttention; Bridge gemma2_provider.py:187",
+    ),
+)
+def pk140(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if not f.packing:
+        return
+    if f.transformer_impl == "local":
+        yield Finding(
+            f"{f.packing_mode} packing needs Transformer Engine attention (THD); model.transformer_impl is 'local'",
+            at=("model", "transformer_impl"),
+        )
+    elif f.family is not None and f.family.forces_local_attention:
+        yield Finding(
+            f"{f.family.name} forces local attention, which cannot run packed (THD) sequences; turn packing off",
+            at=MODE_KEYS[f.packing_mode],
+        )
+
+
+@rule(
+    "PK150",
+    Severity.WARNING,
+    "packing with unfused RoPE is slow",
+    fixable=True,
+    docs=RuleDocs(
+        what="Packing with RoPE and `model.apply_rope_fusion: false`.",
+        why="The unfused THD RoPE path loops over sequences in Python; it made packed training ~25% slower "
+        "than padded in practice.",
+        failing=after("  calculate_per_token_loss: true", "  apply_rope_fusion: false\n"),
+        passing=after("  calculate_per_token_loss: true", "  apply_rope_fusion: true\n"),
+        fixed=after("  calculate_per_token_loss: true", "  apply_rope_fusion: true\n"),
+        source="SkyRL PR 274; TransformerEngine PR 3057",
+    ),
+)
+def pk150(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if f.packing and f.rope is True and f.apply_rope_fusion is False:
+        yield Finding(
+            "packing with RoPE and apply_rope_fusion false: the unfused THD RoPE loops over sequences (~25% slower)",
+            at=("model", "apply_rope_fusion"),
+            fix=Fix(
+                "set model.apply_rope_fusion: true", (set_edit(ctx, ("model", "apply_rope_fusion"), True),)
+            ),
+        )

@@ -1,0 +1,57 @@
+"""SC002 and SC003: wrong types / out-of-range values and unknown keys, found by `packcfg.core.schema`.
+
+The engine validates once and hands the issues over in `ctx.schema_issues`; these rules turn them into
+findings so that select/ignore, severity overrides and suppression comments apply as for any rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from packcfg.core.diagnostics import Severity
+from packcfg.lint.context import RuleContext
+from packcfg.lint.registry import Finding, RuleDocs, rule
+from packcfg.lint.rules._examples import BASE, edit
+
+
+def _issues(ctx: RuleContext, code: str) -> Iterator[Finding]:
+    for issue in ctx.schema_issues:
+        if getattr(issue, "code", None) == code:
+            yield Finding(issue.message, at=tuple(issue.path), hint=issue.hint, severity=issue.severity)
+
+
+@rule(
+    "SC002",
+    Severity.ERROR,
+    "wrong type or out-of-range value",
+    docs=RuleDocs(
+        what='A value has the wrong type or is out of range (`micro_batch_size: -1`, `"two"`, a float where an '
+        "int is required, true where a number is required, NaN), or a field Bridge requires without a default "
+        "is missing (dataset.seq_length of a defined dataset). Values with their own rule (PK103, DS702, DS703) "
+        "are reported by that rule.",
+        why="Bridge would coerce, crash late, or train with a nonsense value; packcfg reports every one at once.",
+        failing=edit(("  global_batch_size: 128\n", "  global_batch_size: two\n")),
+        passing=BASE,
+        source="Megatron Bridge config dataclasses (training/config.py) and Megatron Core TransformerConfig",
+    ),
+)
+def sc002(ctx: RuleContext) -> Iterator[Finding]:
+    yield from _issues(ctx, "SC002")
+
+
+@rule(
+    "SC003",
+    Severity.WARNING,
+    "unknown key",
+    docs=RuleDocs(
+        what='An unknown key: a warning in a Bridge section packcfg models (with "did you mean" within edit '
+        "distance 2), an error in packcfg's own sections (`recipe`, `launch`). Keys of Bridge sections packcfg "
+        "does not model (e.g. `peft`, `comm_overlap`) pass silently.",
+        why="A misspelt key is silently ignored by Bridge's YAML overrides: the run uses the default instead.",
+        failing=edit(("  micro_batch_size: 1\n", "  micro_batch_sise: 1\n")),
+        passing=BASE,
+        source="Megatron Bridge ConfigContainer sections; packcfg's recipe/launch schema",
+    ),
+)
+def sc003(ctx: RuleContext) -> Iterator[Finding]:
+    yield from _issues(ctx, "SC003")

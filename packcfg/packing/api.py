@@ -1,0 +1,403 @@
+"""The packing flow end to end: settings (from flags or an experiment config) -> spool -> plan -> files.
+
+`pack_dataset(settings)` is what `packcfg pack` runs; `ensure_packed(config)` is what the trainer and
+the demo call; `tokenized_samples(config)` gives the trainer the very samples the packer packs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcfg import __version__
+from packcfg.packing.errors import PackingError
+from packcfg.packing.planner import PackPlan, PlanError, plan
+from packcfg.packing.progress import Progress
+from packcfg.packing.sources import Spool, detect_format, file_checksum, load_tokenizer, spool
+
+__all__ = ["detect_format", "spool"]  # re-exported for the commands
+from packcfg.packing.writer import (
+    FORMAT_VERSION,
+    bridge_metadata,
+    iter_packed,
+    merge_split_metadata,
+    read_metadata,
+    write_json_atomic,
+    write_packed,
+)
+
+
+@dataclass
+class PackSettings:
+    """Everything that decides the packed output (all of it goes into the fingerprint)."""
+
+    source: Path
+    output: Path
+    metadata: Path
+    capacity: int
+    tokenizer: Path | None = None
+    align: int = 1
+    algorithm: str = "bfd"
+    seed: int = 0
+    oversize: str | None = None
+    max_per_pack: int | None = None
+    pad_id: int | None = None  # None: the tokenizer's EOS (Bridge pads with EOS), else 0
+    split: str = "train"
+    pairs: bool = False  # DPO: samples 2k and 2k+1 (chosen, rejected) stay adjacent in one pack
+    shuffle: bool = True
+    pad_to_max_length: bool | None = None  # noted in metadata only: rows are never padded in the file
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "capacity": self.capacity,
+            "align": self.align,
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "oversize": self.oversize,
+            "max_per_pack": self.max_per_pack,
+            "pad_id": self.pad_id,
+            "pairs": self.pairs,
+            "shuffle": self.shuffle,
+        }
+
+
+@dataclass(frozen=True)
+class PackedData:
+    """What `ensure_packed` returns: the packed train file, its metadata file and the parsed entry."""
+
+    train_path: Path
+    metadata_path: Path
+    metadata: dict[str, Any]
+    created: bool
+
+
+# --------------------------------------------------------------------------------------------- config
+
+
+def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def _int_setting(config: Mapping[str, Any], dotted: str, default: int | None) -> int | None:
+    value = _get(config, dotted, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PackingError(f"config {dotted}: expected an integer, got {value!r}")
+    return value
+
+
+def settings_from_config(
+    config: Mapping[str, Any], base_dir: Path | None = None, **overrides: Any
+) -> PackSettings:
+    """Pack settings from an experiment config (Bridge vocabulary), then explicit overrides (not None).
+
+    capacity <- dataset.offline_packing_specs.packed_sequence_size (else dataset.seq_length);
+    align <- offline_packing_specs.pad_seq_to_mult; seed <- dataset.seed (else rng.seed);
+    source <- dataset.dataset_root/training.jsonl; tokenizer <- tokenizer.tokenizer_model;
+    outputs <- offline_packing_specs.packed_train_data_path / packed_metadata_path.
+    Relative paths are relative to `base_dir` when given, else to the working directory.
+    """
+    from packcfg.resources import resolve_path
+
+    for name in ("capacity", "align", "max_per_pack"):
+        value = overrides.get(name)
+        if value is not None and value <= 0:
+            raise PackingError(f"{name.replace('_', '-')} must be > 0, got {value}")
+    specs = _get(config, "dataset.offline_packing_specs", {}) or {}
+    if not isinstance(specs, Mapping):
+        raise PackingError(f"config dataset.offline_packing_specs: expected a mapping, got {specs!r}")
+    capacity = _int_setting(config, "dataset.offline_packing_specs.packed_sequence_size", None)
+    if capacity is None:
+        capacity = _int_setting(config, "dataset.seq_length", None)
+    align = _int_setting(config, "dataset.offline_packing_specs.pad_seq_to_mult", 1) or 1
+    seed = _int_setting(config, "dataset.seed", None)
+    if seed is None:
+        seed = _int_setting(config, "rng.seed", 0) or 0
+
+    def path_of(dotted: str) -> Path | None:
+        value = _get(config, dotted)
+        if value is None:
+            return None
+        if not isinstance(value, str | Path):
+            raise PackingError(f"config {dotted}: expected a path, got {value!r}")
+        return resolve_path(value, base_dir)
+
+    split = overrides.get("split") or "train"
+    source = overrides.get("source")
+    if source is None:
+        root = path_of("dataset.dataset_root")
+        if root is None:
+            raise PackingError("config dataset.dataset_root: not set (the folder holding training.jsonl)")
+        name = {"train": "training.jsonl", "validation": "validation.jsonl", "test": "test.jsonl"}[split]
+        source = root / name if root.is_dir() or not root.suffix else root
+    tokenizer = overrides.get("tokenizer") or path_of("tokenizer.tokenizer_model")
+    out_key = {"train": "packed_train_data_path", "validation": "packed_val_data_path"}.get(split)
+    output = overrides.get("output") or (
+        path_of(f"dataset.offline_packing_specs.{out_key}") if out_key else None
+    )
+    metadata = overrides.get("metadata") or path_of("dataset.offline_packing_specs.packed_metadata_path")
+    if output is None:
+        raise PackingError(
+            f"config dataset.offline_packing_specs.{out_key}: not set (where the packed file goes)"
+        )
+    if metadata is None:
+        metadata = Path(output).with_name("metadata.json")
+    settings = PackSettings(
+        source=Path(source),
+        output=Path(output),
+        metadata=Path(metadata),
+        capacity=overrides.get("capacity") or capacity or 0,  # 0: reported below
+        tokenizer=Path(tokenizer) if tokenizer is not None else None,
+        align=overrides.get("align") or align,
+        algorithm=overrides.get("algorithm") or "bfd",
+        seed=overrides["seed"] if overrides.get("seed") is not None else seed,
+        oversize=overrides.get("oversize"),
+        max_per_pack=overrides.get("max_per_pack"),
+        pad_id=overrides.get("pad_id"),
+        split=split,
+        pairs=bool(overrides.get("pairs")),
+        pad_to_max_length=bool(_get(config, "dataset.dataset_kwargs.pad_to_max_length", False)),
+    )
+    if not settings.capacity:
+        raise PackingError(
+            "config dataset.offline_packing_specs.packed_sequence_size: not set (the pack size)"
+        )
+    if settings.capacity < 0 or settings.align <= 0:
+        raise PackingError(
+            f"config: pack size {settings.capacity} and pad_seq_to_mult {settings.align} must be > 0"
+        )
+    return settings
+
+
+# --------------------------------------------------------------------------------------------- packing
+
+
+def fingerprint(settings: PackSettings, source_sum: str | None, tokenizer_sum: str | None) -> str:
+    blob = json.dumps(
+        {"settings": settings.fingerprint_fields(), "source": source_sum, "tokenizer": tokenizer_sum},
+        sort_keys=True,
+    )
+    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _tokenizer_for(settings: PackSettings, fmt: str) -> Path | None:
+    # the tokenizer only matters (and only goes into the fingerprint) for text sources
+    return settings.tokenizer if fmt == "text" else None
+
+
+def up_to_date(settings: PackSettings) -> dict[str, Any] | None:
+    """The existing metadata entry when output and metadata match these settings and inputs, else None."""
+    if not settings.output.is_file() or not settings.metadata.is_file():
+        return None
+    try:
+        entries = read_metadata(settings.metadata)
+    except PackingError:
+        return None
+    entry = next((e for e in entries if e.get("split", "train") == settings.split), None)
+    if entry is None:
+        return None
+    fmt = detect_format(settings.source)
+    fp = fingerprint(settings, file_checksum(settings.source), file_checksum(_tokenizer_for(settings, fmt)))
+    if entry.get("fingerprint") != fp:
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        if pq.ParquetFile(settings.output).metadata.num_rows != entry.get("packs"):
+            return None
+    except Exception:  # unreadable output: repack
+        return None
+    return entry
+
+
+def make_plan(sp: Spool, settings: PackSettings, unpacked_gbs: int | None = None) -> PackPlan:
+    try:
+        return plan(
+            sp.runtime_lengths(),
+            settings.capacity,
+            algorithm=settings.algorithm,
+            align=settings.align,
+            max_per_pack=settings.max_per_pack,
+            seed=settings.seed,
+            oversize=settings.oversize,
+            pairs=True if settings.pairs else None,
+            unpacked_global_batch_size=unpacked_gbs,
+        )
+    except PlanError as exc:
+        msg = str(exc)
+        # name the source line of the offending sample, not just its index
+        if msg.startswith("sample ") and msg.split()[1].isdigit():
+            i = int(msg.split()[1])
+            if 0 <= i < sp.num_samples:
+                msg = f"{settings.source}:{int(sp.lines[i])}: {msg}"
+        else:
+            msg = f"{settings.source}: {msg}"
+        raise PackingError(msg) from None
+
+
+def pack_dataset(
+    settings: PackSettings,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    _fail_after_rows: int | None = None,
+) -> PackedData:
+    """Pack `settings.source` into `settings.output` + metadata unless an up-to-date result exists."""
+    if not force:
+        entry = up_to_date(settings)
+        if entry is not None:
+            return PackedData(settings.output, settings.metadata, entry, created=False)
+    fmt = detect_format(settings.source)
+    tokenizer = _tokenizer_for(settings, fmt)
+    pad_id = settings.pad_id
+    if pad_id is None:
+        pad_id = load_tokenizer(tokenizer).pad_id if tokenizer is not None else 0
+    source_sum = file_checksum(settings.source)
+    tokenizer_sum = file_checksum(tokenizer)
+    t0 = time.perf_counter()
+    settings.output.parent.mkdir(parents=True, exist_ok=True)
+    # the spool lives next to the output: same filesystem, and no surprise in a small /tmp
+    workdir = Path(tempfile.mkdtemp(prefix=".packcfg-spool-", dir=settings.output.parent))
+    try:
+        with Progress("read ", None, progress) as bar:
+            sp = spool(settings.source, tokenizer, workdir, bar)
+        t_read = time.perf_counter()
+        p = make_plan(sp, settings)
+        t_plan = time.perf_counter()
+        with Progress("write", p.num_packs, progress) as bar:
+            write_packed(
+                settings.output,
+                sp,
+                p,
+                pad_id,
+                settings.seed,
+                settings.shuffle,
+                bar,
+                fail_after_rows=_fail_after_rows,
+            )
+        t_write = time.perf_counter()
+        sp.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    stats = p.stats
+    entry: dict[str, Any] = {"split": settings.split, **bridge_metadata(p)}
+    entry.update(
+        {
+            "packcfg_version": __version__,
+            "format_version": FORMAT_VERSION,
+            "file": settings.output.name,
+            "algorithm": settings.algorithm,
+            "seed": settings.seed,
+            "pad_seq_to_mult": settings.align,
+            "pad_id": pad_id,
+            "oversize": stats["oversize"],
+            "max_per_pack": settings.max_per_pack,
+            "pairs": settings.pairs,
+            "rows_shuffled": settings.shuffle,
+            "pad_to_max_length": settings.pad_to_max_length,
+            "pad_to_max_length_note": (
+                "rows are stored unpadded; the executor pads each row to pack_size"
+                if settings.pad_to_max_length
+                else None
+            ),
+            "samples": stats["samples"],
+            "samples_packed": stats["samples_packed"],
+            "packs": p.num_packs,
+            "lower_bound": stats["lower_bound"],
+            "efficiency": stats["efficiency"],
+            "bin_waste_tokens": stats["bin_waste_tokens"],
+            "alignment_waste_tokens": stats["alignment_waste_tokens"],
+            "source": str(settings.source),
+            "source_format": fmt,
+            "source_checksum": source_sum,
+            "tokenizer": str(tokenizer) if tokenizer is not None else None,
+            "tokenizer_checksum": tokenizer_sum,
+            "fingerprint": fingerprint(settings, source_sum, tokenizer_sum),
+            "timings_s": {
+                "read": round(t_read - t0, 3),
+                "plan": round(t_plan - t_read, 3),
+                "write": round(t_write - t_plan, 3),
+            },
+        }
+    )
+    write_json_atomic(settings.metadata, merge_split_metadata(settings.metadata, entry))
+    return PackedData(settings.output, settings.metadata, entry, created=True)
+
+
+def ensure_packed(
+    config: Mapping[str, Any], *, force: bool = False, progress: bool = True, base_dir: Path | None = None
+) -> PackedData:
+    """Pack the config's training data unless an up-to-date packed file exists; return its paths.
+
+    Reads dataset.dataset_root/training.jsonl (tokenized with tokenizer.tokenizer_model when it is text),
+    packs to offline_packing_specs.packed_sequence_size with pad_seq_to_mult and dataset.seed, and writes
+    packed_train_data_path and packed_metadata_path. Raises PackingError (one line) on bad input.
+    """
+    return pack_dataset(settings_from_config(config, base_dir), force=force, progress=progress)
+
+
+def tokenized_samples(
+    config: Mapping[str, Any], *, split: str = "train", base_dir: Path | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The samples the packer packs, unpacked: one (input_ids int32, loss_mask int8) per packed item.
+
+    The loss mask is label-aligned as in the packed file (position i: does predicting token i+1 count;
+    0 at the last position). Samples come in source order, after the same oversize policy (truncated or
+    split pieces as the packer makes them) and without alignment padding, so a padded baseline trains
+    on exactly the tokens and targets packed training sees.
+    """
+    settings = settings_from_config(config, base_dir, split=split)
+    fmt = detect_format(settings.source)
+    sp = spool(settings.source, _tokenizer_for(settings, fmt))
+    p = make_plan(sp, settings)
+    items = np.sort(p.order) if p.has_pieces or len(p.order) != len(p.item_sample) else None
+    ids = items if items is not None else np.arange(len(p.item_sample))
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    for it in ids.tolist():
+        s = int(sp.offsets[p.item_sample[it]] + p.item_start[it])
+        n = int(p.item_length[it]) + 1
+        tokens = np.array(sp.tokens[s : s + n], dtype=np.int32)
+        mask = np.array(sp.mask[s : s + n], dtype=np.int8)
+        mask[-1] = 0
+        out.append((tokens, mask))
+    return out
+
+
+load_samples = tokenized_samples
+
+
+def read_packed(path: str | Path) -> Iterator[dict[str, np.ndarray]]:
+    """Rows of a packed Parquet: dicts with `input_ids` (int32), `loss_mask` (int8), `seq_start_id`."""
+    return iter_packed(Path(path))
+
+
+def unpack_row(row: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Split a packed row back into its samples: [(input_ids, label-aligned loss_mask), ...]."""
+    ids, mask, starts = (
+        row["input_ids"],
+        row["loss_mask"],
+        list(row["seq_start_id"]) + [len(row["input_ids"])],
+    )
+    return [(ids[starts[i] : starts[i + 1]], mask[starts[i] : starts[i + 1]]) for i in range(len(starts) - 1)]
+
+
+def settings_dict(settings: PackSettings) -> dict[str, Any]:
+    d = asdict(settings)
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}

@@ -1,0 +1,153 @@
+"""Shared argument handling for `packcfg analyze|pack|verify` (standard library only at import)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "input",
+        nargs="?",
+        help="experiment YAML (reads dataset/tokenizer settings) or a data file: JSONL/Parquet of "
+        "input_ids, or Bridge SFT JSONL (input/output) with --tokenizer; default: the tiny CPU recipe",
+    )
+    p.add_argument(
+        "-c",
+        "--config",
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="extra config file merged after INPUT (repeatable)",
+    )
+    p.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted config override, e.g. -o dataset.seed=7 (repeatable)",
+    )
+    p.add_argument("--capacity", type=int, help="pack size in runtime tokens (default: packed_sequence_size)")
+    p.add_argument("--align", type=int, help="round each sample up to a multiple (pad_seq_to_mult)")
+    p.add_argument(
+        "--algorithm", help="bfd (default), ffd, first_fit_shuffle, histogram, sequential, greedy_buffer"
+    )
+    p.add_argument("--seed", type=int, help="seed (default: dataset.seed, else 0)")
+    p.add_argument(
+        "--oversize",
+        choices=("error", "truncate", "split", "drop"),
+        help="samples longer than the capacity (default: error)",
+    )
+    p.add_argument("--max-per-pack", type=int, help="at most this many samples per pack")
+    p.add_argument("--tokenizer", type=Path, help="local tokenizer.json for SFT text input")
+    p.add_argument(
+        "--pairs",
+        action="store_true",
+        help="DPO: samples 2k and 2k+1 (chosen, rejected) stay adjacent in one pack",
+    )
+    p.add_argument(
+        "--split",
+        choices=("train", "validation"),
+        default="train",
+        help="which split of dataset_root to use with a config (default: train)",
+    )
+
+
+def is_config(path: Path) -> bool:
+    return path.suffix.lower() in CONFIG_SUFFIXES
+
+
+def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, dict[str, Any] | None]:
+    """PackSettings (+ the loaded config, if any) from the arguments."""
+    from packcfg.packing.api import PackSettings, settings_from_config
+    from packcfg.packing.errors import PackingError
+    from packcfg.resources import tiny_recipe
+
+    source = Path(args.input) if args.input else tiny_recipe()
+    out = getattr(args, "out", None)
+    meta = getattr(args, "metadata", None)
+    overrides = {
+        "capacity": args.capacity,
+        "align": args.align,
+        "algorithm": args.algorithm,
+        "seed": args.seed,
+        "oversize": args.oversize,
+        "max_per_pack": args.max_per_pack,
+        "tokenizer": args.tokenizer,
+        "output": out,
+        "metadata": meta,
+        "pad_id": getattr(args, "pad_id", None),
+        "split": args.split,
+        "pairs": args.pairs,
+    }
+    if is_config(source):
+        from packcfg.core.config import ConfigError, load_config
+
+        try:
+            config = load_config([source, *args.config], args.override)
+        except ConfigError as exc:
+            raise PackingError(str(exc)) from None
+        settings = settings_from_config(config, None, **overrides)
+        return settings, config
+    if args.config or args.override:
+        raise PackingError("-c/-o apply to an experiment YAML input, not to a data file")
+    if args.capacity is None:
+        raise PackingError(f"{source}: a data file needs --capacity N (the pack size in tokens)")
+    if args.capacity <= 0:
+        raise PackingError(f"--capacity must be > 0, got {args.capacity}")
+    if out is None:
+        out = source.with_name(source.stem + ".packed.parquet")
+    if meta is None:
+        meta = Path(out).with_name(Path(out).stem + ".metadata.json")
+    settings = PackSettings(
+        source=source,
+        output=Path(out),
+        metadata=Path(meta),
+        capacity=args.capacity,
+        tokenizer=args.tokenizer,
+        align=args.align or 1,
+        algorithm=args.algorithm or "bfd",
+        seed=args.seed if args.seed is not None else 0,
+        oversize=args.oversize,
+        max_per_pack=args.max_per_pack,
+        pad_id=getattr(args, "pad_id", None),
+        split=args.split,
+        pairs=args.pairs,
+    )
+    return settings, None
+
+
+def run_guarded(prog: str, body: Callable[[], int]) -> int:
+    """Run a command body: bad input -> one line on stderr and exit 2, never a traceback."""
+    from packcfg.packing.errors import PackingError
+    from packcfg.packing.planner import PlanError
+
+    try:
+        return body()
+    except (PackingError, PlanError) as exc:
+        print(f"packcfg {prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"packcfg {prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as exc:  # an unexpected failure still gets one line; the traceback on request
+        if os.environ.get("PACKCFG_DEBUG"):
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"packcfg {prog}: error: {type(exc).__name__}: {first} (set PACKCFG_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 2

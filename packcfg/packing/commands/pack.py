@@ -1,0 +1,56 @@
+"""`packcfg pack`: pack a tokenized dataset into Megatron Bridge's packed Parquet plus metadata JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from packcfg.packing.commands._common import add_plan_arguments, resolve_settings, run_guarded
+
+DESCRIPTION = (
+    "Pack samples into Bridge's packed Parquet (one row per pack: input_ids, loss_mask, seq_start_id) and "
+    "write the metadata JSON. With an experiment YAML, reads packed_sequence_size, pad_seq_to_mult, seed, "
+    "dataset_root/training.jsonl, the tokenizer and the output paths from it. Re-running with the same "
+    "inputs and settings does nothing unless --force."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_plan_arguments(p)
+    p.add_argument(
+        "--out", type=Path, help="packed Parquet path (default: from the config, or INPUT.packed.parquet)"
+    )
+    p.add_argument("--metadata", type=Path, help="metadata JSON path (default: from the config)")
+    p.add_argument(
+        "--pad-id", type=int, help="pad token for pad_seq_to_mult (default: the tokenizer's EOS, else 0)"
+    )
+    p.add_argument("--force", action="store_true", help="repack even if the output is up to date")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_guarded("pack", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from packcfg.packing.api import pack_dataset
+
+    settings, _ = resolve_settings(args, need_output=True)
+    result = pack_dataset(settings, force=args.force, progress=not args.quiet)
+    if not args.quiet:
+        m = result.metadata
+        if result.created:
+            print(
+                f"packed {m['samples_packed']:,} samples into {m['packs']:,} packs of {m['pack_size']} "
+                f"(lower bound {m['lower_bound']:,}, efficiency {m['packing_efficiency']:.2f}%, "
+                f"{m['packing_factor']:.2f} samples/pack, {m['algorithm']})"
+            )
+            print(f"wrote {result.train_path}")
+            print(f"wrote {result.metadata_path}")
+        else:
+            print(
+                f"up to date: {result.train_path} ({m['packs']:,} packs); use --force to repack",
+                file=sys.stdout,
+            )
+    return 0

@@ -1,0 +1,70 @@
+"""`packcfg verify`: check a packed Parquet file, and against its source that every sample is there once."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from packcfg.packing.commands._common import CONFIG_SUFFIXES, run_guarded
+
+DESCRIPTION = (
+    "Check a packed Parquet file: loss_mask as long as input_ids and label-aligned, seq_start_id from 0, "
+    "increasing and inside the row, each pack within pack_size (from the metadata). With --source, also that "
+    "every source sample appears exactly once with its tokens and loss mask intact. Exit 0 ok, 1 violations, "
+    "2 unreadable input. An experiment YAML stands for its packed file, metadata and source."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("packed", type=Path, help="packed Parquet file (or an experiment YAML)")
+    p.add_argument(
+        "--source", type=Path, help="the data it was packed from (JSONL/Parquet of ids, or SFT text)"
+    )
+    p.add_argument("--metadata", type=Path, help="metadata JSON (default: metadata.json beside the file)")
+    p.add_argument(
+        "--tokenizer", type=Path, help="tokenizer.json for SFT text sources (default: from metadata)"
+    )
+    p.add_argument("--capacity", type=int, help="pack size to check against (default: pack_size in metadata)")
+    p.add_argument("--max-errors", type=int, default=20, help="violations to print (default 20)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print violations only")
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_guarded("verify", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from packcfg.packing.errors import PackingError
+    from packcfg.packing.verify import verify_packed
+
+    packed, metadata, source, tokenizer = args.packed, args.metadata, args.source, args.tokenizer
+    if packed.suffix.lower() in CONFIG_SUFFIXES:
+        from packcfg.core.config import ConfigError, load_config
+        from packcfg.packing.api import settings_from_config
+
+        try:
+            settings = settings_from_config(load_config([packed]))
+        except ConfigError as exc:
+            raise PackingError(str(exc)) from None
+        packed, metadata = settings.output, metadata or settings.metadata
+        source = source or settings.source
+        tokenizer = tokenizer or settings.tokenizer
+    if args.capacity is not None and args.capacity <= 0:
+        raise PackingError(f"--capacity must be > 0, got {args.capacity}")
+    if metadata is not None and not metadata.is_file():
+        raise PackingError(f"{metadata}: no such file")
+    report = verify_packed(packed, metadata, source, tokenizer, args.capacity, max(1, args.max_errors))
+    for msg in report.errors:
+        print(msg, file=sys.stderr)
+    if report.error_count > len(report.errors):
+        print(f"... and {report.error_count - len(report.errors)} more", file=sys.stderr)
+    if report.rows == 0:
+        print(f"{packed}: no rows (empty packed file)", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        what = "rows and source" if report.source_checked else "rows"
+        cap = f", pack_size {report.capacity}" if report.capacity else ", no pack_size (no metadata)"
+        status = "ok" if report.ok else f"{report.error_count} violation(s)"
+        print(f"{packed}: {report.rows:,} packs, {report.samples:,} samples{cap}; checked {what}: {status}")
+    return 0 if report.ok else 1

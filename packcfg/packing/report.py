@@ -1,0 +1,130 @@
+"""Render plan stats: an aligned text table, JSON, and a PNG (length histogram and pack fill)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcfg.packing.planner import PackPlan
+
+
+def _fmt_int(v: int) -> str:
+    return f"{v:,}"
+
+
+def stats_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The rows `packcfg analyze` prints, in reading order."""
+    over = s["oversize"]
+    adv = s["advice"]
+    packed_gbs = adv.get("packed_global_batch_size")
+    rows = [
+        ("algorithm", str(s["algorithm"])),
+        ("capacity (pack_size)", _fmt_int(s["capacity"])),
+        ("align (pad_seq_to_mult)", str(s["align"])),
+        ("samples", f"{_fmt_int(s['samples'])} ({_fmt_int(s['samples_packed'])} packed)"),
+        ("mean / max sample length", f"{s['mean_sample_length']:.1f} / {_fmt_int(s['max_sample_length'])}"),
+        ("packs", _fmt_int(s["packs"])),
+        ("lower bound", _fmt_int(s["lower_bound"])),
+        ("gap to lower bound", f"{_fmt_int(s['gap_to_lower_bound'])} ({s['gap_to_lower_bound_pct']:.4f}%)"),
+        ("efficiency", f"{100 * s['efficiency']:.2f}%"),
+        ("padding tokens", _fmt_int(s["padding_tokens"])),
+        ("  pack-tail (bin) waste", _fmt_int(s["bin_waste_tokens"])),
+        ("  alignment waste", _fmt_int(s["alignment_waste_tokens"])),
+        ("packing factor (samples/pack)", f"{s['packing_factor']:.2f}"),
+        ("max samples per pack", str(s["max_samples_per_pack"])),
+        ("min / max pack length", f"{_fmt_int(s['min_pack_length'])} / {_fmt_int(s['max_pack_length'])}"),
+        (
+            f"oversize ({over['policy']})",
+            f"{over['count']} samples; truncated tokens {over['truncated_tokens']}, "
+            f"split pieces {over['split_pieces']}, dropped {over['dropped']}",
+        ),
+        ("padded baseline efficiency", f"{100 * adv['padded_baseline_efficiency']:.2f}%"),
+        ("worth packing", f"{'yes' if adv['worth_packing'] else 'no'}: {adv['reason']}"),
+    ]
+    if packed_gbs is not None:
+        rows.append(
+            (
+                "global batch size",
+                f"unpacked {adv['unpacked_global_batch_size']} -> packed {packed_gbs} "
+                f"(= unpacked / {s['packing_factor']:.2f} samples per pack)",
+            )
+        )
+    return rows
+
+
+def format_table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def format_comparison(all_stats: list[dict[str, Any]], times: list[float]) -> str:
+    """One line per algorithm, columns aligned."""
+    header = ("algorithm", "packs", "lower bound", "gap", "efficiency", "max/pack", "time")
+    body = [
+        (
+            s["algorithm"],
+            _fmt_int(s["packs"]),
+            _fmt_int(s["lower_bound"]),
+            f"{s['gap_to_lower_bound']} ({s['gap_to_lower_bound_pct']:.3f}%)",
+            f"{100 * s['efficiency']:.2f}%",
+            str(s["max_samples_per_pack"]),
+            f"{t:.3f}s",
+        )
+        for s, t in zip(all_stats, times, strict=True)
+    ]
+    table = [header, *body]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+
+
+def write_plot(path: Path, lengths: np.ndarray, p: PackPlan, title: str = "") -> None:
+    """Two panels: the sample length histogram and the pack fill histogram; written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed, and no GUI toolkit import
+    import matplotlib.pyplot as plt
+
+    fills = p.pack_lengths() / p.capacity * 100.0
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    bins = min(100, max(10, int(np.sqrt(len(lengths)))))
+    ax1.hist(lengths, bins=bins, color="#4C72B0")
+    ax1.axvline(p.capacity, color="#C44E52", ls="--", label=f"capacity {p.capacity}")
+    ax1.set_xlabel("sample runtime length (tokens)")
+    ax1.set_ylabel("samples")
+    ax1.set_title(f"sample lengths (n={len(lengths):,}, mean {lengths.mean():.0f})")
+    ax1.legend()
+    ax2.hist(fills, bins=np.linspace(0, 100, 51), color="#55A868")
+    ax2.set_yscale("log")  # a handful of underfilled packs must stay visible next to thousands of full ones
+    ax2.set_xlabel("pack fill (% of capacity)")
+    ax2.set_ylabel("packs (log)")
+    s = p.stats
+    ax2.set_title(
+        f"pack fill: {s['packs']:,} packs (LB {s['lower_bound']:,}), efficiency {100 * s['efficiency']:.2f}%"
+    )
+    fig.suptitle(title or f"packcfg analyze: {p.algorithm}, capacity {p.capacity}, align {p.align}")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix or '.png'}")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,482 @@
+"""Read the samples to pack: token JSONL/Parquet or Bridge SFT JSONL text plus a local tokenizer.json.
+
+Every reader yields `Batch`es of flat numpy arrays (token values, sample offsets, a label-aligned loss
+mask), never per-token Python objects, and `spool` appends them to flat files on disk (memory-mapped
+afterwards), so that the writer can gather any sample in O(1) while memory stays bounded by one batch.
+
+Loss-mask convention (Bridge's packed format): the stored mask is *label-aligned*: position i says whether
+the prediction made at token i (of token i+1) counts. From an input-aligned `loss_mask` that is the mask
+shifted left by one; from `answer_start_idx` it is `i >= answer_start_idx - 1`; with neither, every
+prediction counts. Each sample's last position is 0: it predicts nothing inside the sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcfg.packing.errors import PackingError
+
+EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+@dataclass
+class Batch:
+    """Samples in flat form: sample j is values[offsets[j]:offsets[j+1]]."""
+
+    values: np.ndarray  # int32 token ids
+    offsets: np.ndarray  # int64, len n+1, starts at 0
+    mask: np.ndarray  # int8 label-aligned loss mask, same length as values
+    first_line: int  # 1-based line (JSONL) or row (Parquet) of sample 0, for messages
+
+
+# --------------------------------------------------------------------------------------------- format
+
+
+def detect_format(path: Path) -> str:
+    """`parquet` (token ids), `tokens` (JSONL of token ids) or `text` (Bridge SFT JSONL input/output)."""
+    if not path.exists():
+        raise PackingError(f"{path}: no such file")
+    if path.is_dir():
+        raise PackingError(f"{path}: is a directory, expected a .jsonl or .parquet file")
+    if path.suffix.lower() in PARQUET_SUFFIXES:
+        return "parquet"
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                obj = _parse_line(path, lineno, line)
+                if "input_ids" in obj:
+                    return "tokens"
+                if "input" in obj or "output" in obj:
+                    return "text"
+                keys = ", ".join(sorted(obj)) or "none"
+                raise PackingError(
+                    f"{path}:{lineno}: expected 'input_ids' (tokenized) or 'input'/'output' (SFT text), "
+                    f"got keys: {keys}"
+                )
+    except UnicodeDecodeError as exc:
+        raise PackingError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    raise PackingError(f"{path}: empty dataset (no samples)")
+
+
+def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        snippet = line.strip()[:60]
+        raise PackingError(
+            f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno}): {snippet!r}"
+        ) from None
+    if not isinstance(obj, dict):
+        raise PackingError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+# --------------------------------------------------------------------------------------------- masks
+
+
+def label_mask_from_input_mask(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Input-aligned mask (token i is a target) -> label-aligned (prediction at i counts), per sample."""
+    out = np.zeros(len(mask), dtype=np.int8)
+    if len(mask) > 1:
+        out[:-1] = mask[1:]
+    ends = offsets[1:] - 1
+    out[ends[ends >= 0]] = 0
+    return out
+
+
+def label_mask_from_answer_start(answer_start: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    lens = np.diff(offsets)
+    rel = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], lens)
+    out = (rel >= np.repeat(answer_start - 1, lens)).astype(np.int8)
+    out[offsets[1:] - 1] = 0
+    return out
+
+
+def label_mask_all(offsets: np.ndarray) -> np.ndarray:
+    out = np.ones(int(offsets[-1]), dtype=np.int8)
+    out[offsets[1:] - 1] = 0
+    return out
+
+
+# --------------------------------------------------------------------------------------------- readers
+
+
+def iter_batches(
+    path: Path, tokenizer: Path | None = None, batch_size: int = 4096, fmt: str | None = None
+) -> Iterator[Batch]:
+    """Stream the source as batches; raises PackingError naming file and line on bad input."""
+    fmt = fmt or detect_format(path)
+    if fmt == "parquet":
+        yield from _iter_parquet(path, batch_size)
+    elif fmt == "tokens":
+        yield from _iter_token_jsonl(path, batch_size)
+    elif fmt == "text":
+        if tokenizer is None:
+            raise PackingError(
+                f"{path}: SFT text (input/output) needs a tokenizer: pass --tokenizer PATH/tokenizer.json"
+            )
+        yield from _iter_text_jsonl(path, load_tokenizer(tokenizer), batch_size)
+    else:
+        raise PackingError(f"{path}: unknown input format {fmt!r}")
+
+
+def _check_ids(path: Path, where: str, ids: Any) -> np.ndarray:
+    if not isinstance(ids, list) or not ids:
+        what = "an empty list" if isinstance(ids, list) else type(ids).__name__
+        raise PackingError(f"{path}:{where}: input_ids must be a non-empty list of token ids, got {what}")
+    arr = np.asarray(ids) if all(type(x) is int for x in ids[:1]) else None
+    if arr is None or arr.dtype.kind not in "iu":
+        bad = next((x for x in ids if type(x) is not int), ids[0])
+        raise PackingError(f"{path}:{where}: input_ids must hold integers, got {bad!r}")
+    if arr.min() < 0 or arr.max() >= 2**31:
+        raise PackingError(
+            f"{path}:{where}: token id {int(arr.min() if arr.min() < 0 else arr.max())} out of range"
+        )
+    return arr
+
+
+def _iter_token_jsonl(path: Path, batch_size: int) -> Iterator[Batch]:
+    ids_list: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    first = 0
+    try:
+        f = open(path, encoding="utf-8")  # closed in finally: the generator may stop early
+    except OSError as exc:
+        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            obj = _parse_line(path, lineno, line)
+            where = str(lineno)
+            if "input_ids" not in obj:
+                raise PackingError(f"{path}:{lineno}: missing 'input_ids'")
+            ids = _check_ids(path, where, obj["input_ids"])
+            n = len(ids)
+            if "loss_mask" in obj:
+                m = obj["loss_mask"]
+                arr = np.asarray(m) if isinstance(m, list) else None
+                if arr is None or len(arr) != n or (n and arr.dtype.kind not in "biu"):
+                    got = f"{len(m)} values" if isinstance(m, list) else type(m).__name__
+                    raise PackingError(
+                        f"{path}:{lineno}: loss_mask must be a list of 0/1 as long as input_ids ({n}), got {got}"
+                    )
+                if n and (arr.min() < 0 or arr.max() > 1):
+                    raise PackingError(
+                        f"{path}:{lineno}: loss_mask values must be 0 or 1, got {int(arr.max())}"
+                    )
+                lm = np.zeros(n, dtype=np.int8)
+                lm[:-1] = arr[1:]
+            elif "answer_start_idx" in obj:
+                a = obj["answer_start_idx"]
+                if type(a) is not int or not 0 <= a <= n:
+                    raise PackingError(
+                        f"{path}:{lineno}: answer_start_idx must be an integer in 0..{n}, got {a!r}"
+                    )
+                lm = (np.arange(n) >= a - 1).astype(np.int8)
+                lm[-1] = 0
+            else:
+                lm = np.ones(n, dtype=np.int8)
+                lm[-1] = 0
+            if not ids_list:
+                first = lineno
+            ids_list.append(ids)
+            masks.append(lm)
+            if len(ids_list) >= batch_size:
+                yield _make_batch(ids_list, masks, first)
+                ids_list, masks = [], []
+    except UnicodeDecodeError as exc:
+        raise PackingError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    finally:
+        f.close()
+    if ids_list:
+        yield _make_batch(ids_list, masks, first)
+
+
+def _make_batch(ids_list: list[np.ndarray], masks: list[np.ndarray], first: int) -> Batch:
+    offsets = np.zeros(len(ids_list) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in ids_list], out=offsets[1:])
+    return Batch(
+        np.concatenate(ids_list).astype(np.int32, copy=False),
+        offsets,
+        np.concatenate(masks).astype(np.int8, copy=False),
+        first,
+    )
+
+
+def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise PackingError(f"{path}: not a readable Parquet file ({exc})") from None
+    schema = pf.schema_arrow
+    names = set(schema.names)
+    if "input_ids" not in names:
+        raise PackingError(f"{path}: no 'input_ids' column (columns: {', '.join(schema.names)})")
+
+    def list_of_ints(name: str, allow_bool: bool = False) -> None:
+        t = schema.field(name).type
+        ok = (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+            pa.types.is_integer(t.value_type) or (allow_bool and pa.types.is_boolean(t.value_type))
+        )
+        if not ok:
+            raise PackingError(f"{path}: column {name!r} has type {t}, expected list<int>")
+
+    list_of_ints("input_ids")
+    columns = ["input_ids"]
+    mode = "all"
+    if "loss_mask" in names:
+        list_of_ints("loss_mask", allow_bool=True)
+        columns.append("loss_mask")
+        mode = "mask"
+    elif "answer_start_idx" in names:
+        t = schema.field("answer_start_idx").type
+        if not pa.types.is_integer(t):
+            raise PackingError(f"{path}: column 'answer_start_idx' has type {t}, expected int")
+        columns.append("answer_start_idx")
+        mode = "answer"
+    row = 1
+    for rb in pf.iter_batches(batch_size=batch_size, columns=columns):
+        ids_col = rb.column("input_ids")
+        if ids_col.null_count:
+            bad = row + int(np.flatnonzero(ids_col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise PackingError(f"{path}: row {bad}: input_ids is null")
+        lens = pc.list_value_length(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
+        if (lens == 0).any():
+            raise PackingError(f"{path}: row {row + int(np.argmin(lens))}: input_ids is empty")
+        offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        values = ids_col.flatten().to_numpy(zero_copy_only=False)
+        if len(values) and (values.min() < 0 or values.max() >= 2**31):
+            raise PackingError(f"{path}: row {row}..{row + len(lens) - 1}: token id out of range")
+        if mode == "mask":
+            mcol = rb.column("loss_mask")
+            mlens = pc.list_value_length(mcol).to_numpy(zero_copy_only=False)
+            if mcol.null_count or not np.array_equal(np.nan_to_num(mlens), lens):
+                j = (
+                    int(np.flatnonzero(np.nan_to_num(mlens) != lens)[0])
+                    if not np.array_equal(np.nan_to_num(mlens), lens)
+                    else 0
+                )
+                raise PackingError(f"{path}: row {row + j}: loss_mask length differs from input_ids")
+            m = mcol.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+            if len(m) and (m.min() < 0 or m.max() > 1):
+                raise PackingError(
+                    f"{path}: row {row}..{row + len(lens) - 1}: loss_mask values must be 0 or 1"
+                )
+            lm = label_mask_from_input_mask(m, offsets)
+        elif mode == "answer":
+            a = rb.column("answer_start_idx").to_numpy(zero_copy_only=False)
+            if np.isnan(a.astype(float)).any() or (a < 0).any() or (a > lens).any():
+                j = int(np.flatnonzero(np.isnan(a.astype(float)) | (a < 0) | (a > lens))[0])
+                raise PackingError(f"{path}: row {row + j}: answer_start_idx {a[j]} outside 0..{lens[j]}")
+            lm = label_mask_from_answer_start(a.astype(np.int64), offsets)
+        else:
+            lm = label_mask_all(offsets)
+        yield Batch(values.astype(np.int32, copy=False), offsets, lm, row)
+        row += len(lens)
+
+
+# --------------------------------------------------------------------------------------------- text
+
+
+@dataclass
+class LoadedTokenizer:
+    tokenizer: Any
+    path: Path
+    eos_id: int
+    pad_id: int
+
+
+def load_tokenizer(path: Path) -> LoadedTokenizer:
+    """A local tokenizer.json (tokenizers library); no hub downloads. EOS ends every sample."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise PackingError(
+            "tokenizing SFT text needs the 'tokenizers' package: pip install 'packcfg[pack]'"
+        ) from None
+    path = Path(path)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise PackingError(f"{path}: tokenizer not found (need a local tokenizer.json; no hub downloads)")
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises plain Exception subclasses
+        raise PackingError(f"{path}: not a tokenizers JSON file ({str(exc).splitlines()[0]})") from None
+    eos = next((tok.token_to_id(t) for t in EOS_CANDIDATES if tok.token_to_id(t) is not None), None)
+    if eos is None:
+        raise PackingError(f"{path}: no end-of-sequence token (looked for {', '.join(EOS_CANDIDATES)})")
+    # Bridge pads packed samples with the EOS id (its collate relies on that); keep that convention.
+    return LoadedTokenizer(tok, path, int(eos), int(eos))
+
+
+def _iter_text_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Iterator[Batch]:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    contexts: list[str] = []
+    answers: list[str] = []
+    first = 0
+
+    def flush() -> Batch:
+        ctx = tok.tokenizer.encode_batch(contexts, add_special_tokens=False)
+        ans = tok.tokenizer.encode_batch(answers, add_special_tokens=False)
+        ids_list = []
+        masks = []
+        for c, a in zip(ctx, ans, strict=True):
+            ids = np.asarray(c.ids + a.ids + [tok.eos_id], dtype=np.int32)
+            lm = (np.arange(len(ids)) >= len(c.ids) - 1).astype(np.int8)  # predict the answer and EOS
+            lm[-1] = 0
+            ids_list.append(ids)
+            masks.append(lm)
+        return _make_batch(ids_list, masks, first)
+
+    try:
+        f = open(path, encoding="utf-8")  # closed in finally
+    except OSError as exc:
+        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            obj = _parse_line(path, lineno, line)
+            for key in ("input", "output"):
+                if key not in obj:
+                    raise PackingError(
+                        f"{path}:{lineno}: missing {key!r} (Bridge SFT JSONL needs input and output)"
+                    )
+                if not isinstance(obj[key], str):
+                    raise PackingError(
+                        f"{path}:{lineno}: {key!r} must be a string, got {type(obj[key]).__name__}"
+                    )
+            if not contexts:
+                first = lineno
+            # Bridge's default prompt template is "{input} {output}": the answer follows a space.
+            contexts.append(obj["input"])
+            answers.append(" " + obj["output"])
+            if len(contexts) >= batch_size:
+                yield flush()
+                contexts, answers = [], []
+    except UnicodeDecodeError as exc:
+        raise PackingError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    finally:
+        f.close()
+    if contexts:
+        yield flush()
+
+
+# --------------------------------------------------------------------------------------------- spool
+
+
+@dataclass
+class Spool:
+    """All samples in flat arrays (memory-mapped files, or in memory for small data)."""
+
+    tokens: np.ndarray  # int32
+    mask: np.ndarray  # int8, label-aligned
+    offsets: np.ndarray  # int64, n+1
+    lines: np.ndarray  # int64: source line/row of each sample (for messages)
+    workdir: Path | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        """Token count of every sample (len(input_ids))."""
+        return np.diff(self.offsets)
+
+    def runtime_lengths(self) -> np.ndarray:
+        """What a sample occupies in a pack at runtime: input and label are one token shorter."""
+        return np.diff(self.offsets) - 1
+
+    def sample(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        return np.asarray(self.tokens[s:e]), np.asarray(self.mask[s:e])
+
+    def close(self) -> None:
+        """Drop the memory maps and delete the spool files."""
+        self.tokens = self.mask = np.zeros(0)
+        if self.workdir is not None:
+            for name in ("tokens.bin", "mask.bin"):
+                try:
+                    (self.workdir / name).unlink()
+                except FileNotFoundError:
+                    pass
+
+
+def spool(
+    path: Path,
+    tokenizer: Path | None = None,
+    workdir: Path | None = None,
+    progress: Any = None,
+    batch_size: int = 4096,
+) -> Spool:
+    """Read the whole source once. With `workdir`, tokens go to disk (bounded memory); else to memory."""
+    offsets_parts: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+    lines_parts: list[np.ndarray] = []
+    total = 0
+    tok_parts: list[np.ndarray] = []
+    mask_parts: list[np.ndarray] = []
+    tf = mf = None
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        tf = open(workdir / "tokens.bin", "wb")  # closed below
+        mf = open(workdir / "mask.bin", "wb")
+    try:
+        for b in iter_batches(Path(path), tokenizer, batch_size):
+            if tf is not None and mf is not None:
+                b.values.tofile(tf)
+                b.mask.tofile(mf)
+            else:
+                tok_parts.append(b.values)
+                mask_parts.append(b.mask)
+            offsets_parts.append(b.offsets[1:] + total)
+            lines_parts.append(np.arange(b.first_line, b.first_line + len(b.offsets) - 1, dtype=np.int64))
+            total += int(b.offsets[-1])
+            if progress is not None:
+                progress.update(len(b.offsets) - 1)
+    finally:
+        if tf is not None and mf is not None:
+            tf.close()
+            mf.close()
+    offsets = np.concatenate(offsets_parts)
+    if len(offsets) == 1:
+        raise PackingError(f"{path}: empty dataset (no samples)")
+    lines = np.concatenate(lines_parts)
+    if workdir is not None:
+        tokens = np.memmap(workdir / "tokens.bin", dtype=np.int32, mode="r", shape=(total,))
+        mask = np.memmap(workdir / "mask.bin", dtype=np.int8, mode="r", shape=(total,))
+        return Spool(tokens, mask, offsets, lines, workdir)
+    return Spool(np.concatenate(tok_parts), np.concatenate(mask_parts), offsets, lines)
+
+
+def file_checksum(path: Path | None) -> str | None:
+    """sha256 of the file's bytes (streamed)."""
+    if path is None:
+        return None
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+    except OSError as exc:
+        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return "sha256:" + h.hexdigest()

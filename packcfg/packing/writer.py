@@ -1,0 +1,227 @@
+"""Fill a plan with tokens and write Megatron Bridge's packed Parquet plus its metadata JSON.
+
+One row per pack: `input_ids` list<int32>, `loss_mask` list<int8> (label-aligned, 0 at each sample's last
+position), `seq_start_id` list<int32> (start of each sample in the row, first 0). A sample occupies
+`runtime + 1` tokens in the row (Bridge drops each sample's last token from the input and its first from
+the label). With `pad_seq_to_mult` > 1 each sample is pre-padded with the pad (EOS) id so that its runtime
+length is a multiple of it, as Bridge does for context parallelism; padding never counts in the loss.
+
+Rows are gathered from the spool with vectorised numpy and written one row group at a time to a temporary
+file that is renamed only when complete; the metadata is written (atomically) last, so metadata that
+matches a file means that file is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcfg.packing.errors import PackingError
+from packcfg.packing.planner import PackPlan
+from packcfg.packing.sources import Spool
+
+FORMAT_VERSION = 1
+SPLIT_NAMES = ("train", "validation", "test")
+
+
+def pack_rows(
+    spool: Spool, p: PackPlan, packs: np.ndarray, pad_id: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Build the rows for the given pack ids, flat: (tokens, mask, row_offsets, seq_starts, seq_offsets)."""
+    offsets = p.offsets
+    counts = offsets[packs + 1] - offsets[packs]
+    # the item ids of these packs, in pack order
+    starts = offsets[packs]
+    rel = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    items = p.order[np.repeat(starts, counts) + rel]
+    real = p.item_length[items] + 1  # tokens of the sample (piece) in the row
+    slot = p.item_aligned[items] + 1  # with alignment padding
+    src = spool.offsets[p.item_sample[items]] + p.item_start[items]
+    slot_start = np.cumsum(slot) - slot
+    total = int(slot.sum())
+    pos_in_slot = np.arange(total, dtype=np.int64) - np.repeat(slot_start, slot)
+    is_pad = pos_in_slot >= np.repeat(real, slot)
+    gather = np.repeat(src, slot) + pos_in_slot
+    gather[is_pad] = 0  # any valid index; overwritten below
+    tokens = np.asarray(spool.tokens[gather], dtype=np.int32)
+    mask = np.asarray(spool.mask[gather], dtype=np.int8)
+    tokens[is_pad] = pad_id
+    mask[is_pad] = 0
+    # the last real position of every piece predicts nothing inside it (a split piece's next token
+    # belongs to the next piece; for a whole sample this is already 0)
+    mask[slot_start + real - 1] = 0
+    # rows: pack boundaries in slot space
+    slot_counts = counts
+    row_slot_end = np.cumsum(slot_counts)
+    row_tok_end = np.zeros(len(packs) + 1, dtype=np.int64)
+    if len(items):
+        slot_end_tokens = np.cumsum(slot)
+        row_tok_end[1:] = np.where(row_slot_end > 0, slot_end_tokens[np.maximum(row_slot_end - 1, 0)], 0)
+    row_first_token = np.repeat(row_tok_end[:-1], slot_counts)
+    seq_starts = (slot_start - row_first_token).astype(np.int32)
+    seq_offsets = np.zeros(len(packs) + 1, dtype=np.int64)
+    seq_offsets[1:] = row_slot_end
+    return tokens, mask, row_tok_end, seq_starts, seq_offsets
+
+
+def _list_array(values: np.ndarray, offsets: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+
+def write_packed(
+    out_path: Path,
+    spool: Spool,
+    p: PackPlan,
+    pad_id: int,
+    seed: int,
+    shuffle: bool = True,
+    progress: Any = None,
+    rows_per_group: int | None = None,
+    fail_after_rows: int | None = None,
+) -> np.ndarray:
+    """Write the packed Parquet atomically; returns the pack ids in file row order.
+
+    Packs are written in a seeded random order (Bridge's packer shuffles too): a best-fit plan lists its
+    packs from the longest samples to the shortest, and a trainer that reads rows in order must not see
+    that drift. `fail_after_rows` exists for tests of atomicity (raise mid-write).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = p.num_packs
+    row_order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    if rows_per_group is None:
+        # ~1M tokens per row group: bounded memory whatever the capacity, and Bridge-friendly group sizes
+        rows_per_group = max(16, min(4096, (1 << 20) // max(1, p.capacity)))
+    schema = pa.schema(
+        [
+            ("input_ids", pa.list_(pa.int32())),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("seq_start_id", pa.list_(pa.int32())),
+        ]
+    )
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
+    written = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for lo in range(0, n, rows_per_group):
+                packs = row_order[lo : lo + rows_per_group]
+                tokens, mask, row_off, seq_starts, seq_off = pack_rows(spool, p, packs, pad_id)
+                table = pa.Table.from_arrays(
+                    [
+                        _list_array(tokens, row_off),
+                        _list_array(mask, row_off),
+                        _list_array(seq_starts, seq_off),
+                    ],
+                    schema=schema,
+                )
+                writer.write_table(table, row_group_size=len(packs))
+                written += len(packs)
+                if progress is not None:
+                    progress.update(len(packs))
+                if fail_after_rows is not None and written >= fail_after_rows:
+                    raise OSError("injected failure (test)")
+        os.replace(tmp, out_path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return row_order
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def bridge_metadata(p: PackPlan) -> dict[str, Any]:
+    """The keys Megatron Bridge reads (create_packing_strategy's packing_metadata), from the plan."""
+    fills = p.pack_lengths()
+    sizes = p.pack_sizes()
+    placed = p.order
+    return {
+        "dataset_max_seqlen": int(p.item_aligned[placed].max()) if len(placed) else 0,
+        "max_samples_per_bin": int(sizes.max()) if len(sizes) else 0,
+        "packing_factor": round(len(placed) / max(1, p.num_packs), 2),
+        "packing_efficiency": round(
+            100.0 * int(p.item_length[placed].sum()) / max(1, p.num_packs * p.capacity), 2
+        ),
+        "pack_size": int(p.capacity),
+        "min_packed_seqlen": int(fills.min()) if len(fills) else 0,
+    }
+
+
+def read_metadata(path: Path) -> list[dict[str, Any]]:
+    """The metadata JSON: a list of dicts, one per split. Raises PackingError when unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PackingError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PackingError(f"{path}: cannot read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise PackingError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
+    if isinstance(data, dict):  # tolerate a single split written as an object
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise PackingError(f"{path}: expected a JSON list of objects (one per split)")
+    return data
+
+
+def merge_split_metadata(path: Path, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Replace (or add) the entry for entry['split'] in an existing metadata list."""
+    existing: list[dict[str, Any]] = []
+    if path.exists():
+        try:
+            existing = read_metadata(path)
+        except PackingError:
+            existing = []  # a corrupt metadata file is rewritten
+    split = entry.get("split")
+    out = [d for d in existing if d.get("split") != split]
+    out.append(entry)
+    out.sort(key=lambda d: SPLIT_NAMES.index(d["split"]) if d.get("split") in SPLIT_NAMES else 99)
+    return out
+
+
+def iter_packed(
+    path: Path, columns: list[str] | None = None, batch_rows: int = 256
+) -> Iterator[dict[str, Any]]:
+    """Rows of a packed Parquet as dicts of numpy arrays, streamed row group by row group."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise PackingError(f"{path}: no such file") from None
+    except (OSError, pa.ArrowException) as exc:
+        raise PackingError(f"{path}: not a readable Parquet file ({exc})") from None
+    names = pf.schema_arrow.names
+    want = columns or ["input_ids", "loss_mask", "seq_start_id"]
+    missing = [c for c in want if c not in names]
+    if missing:
+        raise PackingError(f"{path}: missing column(s) {', '.join(missing)} (columns: {', '.join(names)})")
+    for rb in pf.iter_batches(batch_size=batch_rows, columns=want):
+        cols = {}
+        for c in want:
+            arr = rb.column(c)
+            offs = np.asarray(arr.offsets)
+            vals = arr.values.to_numpy(zero_copy_only=False) if len(arr) else np.zeros(0)
+            cols[c] = (vals, offs)
+        for i in range(rb.num_rows):
+            yield {c: v[o[i] : o[i + 1]] for c, (v, o) in cols.items()}

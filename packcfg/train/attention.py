@@ -1,0 +1,226 @@
+"""packcfg's core attention for megatron-core's local layer spec: THD packs, padded batches, CPU CP.
+
+Megatron's `Attention` hands this module q/k/v after the QKV projection; with
+`PackedSeqParams(qkv_format="thd")` they are `[tokens, heads, dim]`, otherwise `[seq, batch, heads, dim]`.
+Here RoPE is applied to all tokens at once from per-token position ids (a gather, no per-sample
+Python work), then attention is causal within each sample and blind across samples.
+
+Attention method (CPU): one `scaled_dot_product_attention(is_causal=True)` per sample. Measured in
+`bench/train.py`: on CPU it beats one SDPA over the pack with a block-diagonal mask (O(T^2) work and
+memory) and unpack-to-padded; the per-sample loop is confined to this kernel (on GPU, TE's fused THD
+attention replaces it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+from packcfg.train.mcore_compat import quiet_megatron_import
+
+with quiet_megatron_import():
+    from megatron.core.packed_seq_params import PackedSeqParams
+    from megatron.core.transformer.module import MegatronModule
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+
+@dataclass
+class ThdParams(PackedSeqParams):
+    """`PackedSeqParams` plus what packcfg's attention needs beyond cu_seqlens.
+
+    `cu_seqlens_q` bounds this rank's query tokens per sample; `cu_seqlens_kv` bounds each sample's
+    keys in the (CP-gathered) key order. Without CP both are the same tensor.
+    """
+
+    position_ids: Tensor | None = None  # [T] RoPE position of each local token within its sample
+    index_in_sample: Tensor | None = None  # CP: [T] each local query's slot in its padded sample
+    cu_seqlens_list: list[int] | None = None  # cu_seqlens_q as Python ints (one .tolist() per batch)
+    cu_seqlens_kv_list: list[int] | None = None
+    kv_gather_index: Tensor | None = None  # CP: gathered [cp*T] keys -> samples' global key order
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Rotary settings from the model config: head dim rotated and base."""
+
+    dim: int
+    base: float = 10000.0
+
+
+class Rope:
+    """RoPE as megatron computes it (fp32 angles, non-interleaved halves), from per-token positions."""
+
+    def __init__(self, spec: RopeSpec) -> None:
+        self.dim = spec.dim
+        self.inv_freq = 1.0 / (spec.base ** (torch.arange(0, spec.dim, 2, dtype=torch.float32) / spec.dim))
+
+    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin tables `[T, 1, dim]` for any positions: one outer product, no per-sample work."""
+        freqs = torch.outer(positions.to(torch.float32), self.inv_freq.to(positions.device))
+        emb = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)
+        return emb.cos(), emb.sin()
+
+    def apply(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """Rotate the first `dim` channels of `x` (`[T, heads, head_dim]` or `[s, b, heads, head_dim]`)."""
+        rot, rest = x[..., : self.dim], x[..., self.dim :]
+        x1, x2 = rot.chunk(2, dim=-1)
+        rotated = torch.cat((-x2, x1), dim=-1)
+        out = rot * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+        return torch.cat((out, rest), dim=-1) if rest.numel() else out
+
+
+def thd_positions(cu_seqlens: Tensor, total: int) -> Tensor:
+    """Position of every token within its sample, from cu_seqlens by searchsorted + gather."""
+    idx = torch.arange(total, device=cu_seqlens.device)
+    sample = torch.searchsorted(cu_seqlens[1:].to(torch.int64), idx, right=True)
+    return idx - cu_seqlens.to(torch.int64)[sample]
+
+
+class _GatherFromContextParallel(torch.autograd.Function):
+    """All-gather along a new leading dim over the CP group; backward sums every rank's gradient
+    for this rank's slice (all-reduce, then take our slice), so keys/values get exact gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup) -> Tensor:  # type: ignore[override]
+        ctx.group = group
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.stack(parts)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad[dist.get_rank(ctx.group)], None
+
+
+def gather_context_parallel(x: Tensor, group: dist.ProcessGroup) -> Tensor:
+    return _GatherFromContextParallel.apply(x, group)
+
+
+def _expand_groups(x: Tensor, heads: int, head_dim_axis: int) -> Tensor:
+    """GQA: repeat each key/value group for its query heads (megatron orders heads group-major)."""
+    groups = x.shape[head_dim_axis]
+    return x if groups == heads else x.repeat_interleave(heads // groups, dim=head_dim_axis)
+
+
+class PackedCoreAttention(MegatronModule):
+    """Drop-in for megatron's `DotProductAttention` (same constructor and forward signature)."""
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        layer_number: int,
+        attn_mask_type: Any,
+        attention_type: str,
+        attention_dropout: float | None = None,
+        softmax_scale: float | None = None,
+        cp_comm_type: str | None = None,
+        pg_collection: Any = None,
+        rope: RopeSpec | None = None,
+        **_unused: Any,  # keyword arguments added by newer megatron-core releases
+    ) -> None:
+        super().__init__(config=config)
+        self.head_dim = config.kv_channels
+        self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim)
+        self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+        self.rope = Rope(rope) if rope is not None else None
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attention_mask: Tensor | None,
+        attn_mask_type: Any = None,
+        attention_bias: Tensor | None = None,
+        packed_seq_params: PackedSeqParams | None = None,
+    ) -> Tensor:
+        if attention_bias is not None:
+            raise ValueError("packcfg attention: attention_bias is not supported")
+        if packed_seq_params is not None and packed_seq_params.qkv_format == "thd":
+            assert isinstance(packed_seq_params, ThdParams), "THD batches must carry packcfg ThdParams"
+            return self._thd(query, key, value, packed_seq_params)
+        return self._padded(query, key, value)
+
+    def _dropout_p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+    def _padded(self, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+        """`[s, b, h, d]` rows, right-padded: causal attention never lets a real token see padding."""
+        s, b, heads, _ = query.shape
+        if self.rope is not None:
+            cos, sin = self.rope.cos_sin(torch.arange(s, device=query.device))
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [s, 1, 1, d]
+            query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
+        q = query.permute(1, 2, 0, 3)
+        k = _expand_groups(key, heads, 2).permute(1, 2, 0, 3)
+        v = _expand_groups(value, heads, 2).permute(1, 2, 0, 3)
+        out = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self._dropout_p(), scale=self.softmax_scale
+        )
+        return out.permute(2, 0, 1, 3).reshape(s, b, heads * self.head_dim)
+
+    def _thd(self, query: Tensor, key: Tensor, value: Tensor, params: ThdParams) -> Tensor:
+        """`[T, h, d]`: RoPE for all tokens at once, then causal SDPA per sample."""
+        total, heads, _ = query.shape
+        if self.rope is not None:
+            assert params.position_ids is not None
+            cos, sin = self.rope.cos_sin(params.position_ids)
+            query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
+        key, value = _expand_groups(key, heads, 1), _expand_groups(value, heads, 1)
+        cu_q = params.cu_seqlens_list
+        assert cu_q is not None
+        if params.kv_gather_index is not None:
+            return self._thd_context_parallel(query, key, value, params)
+        # [h, T, d] once, so each sample is a cheap slice along T.
+        q, k, v = (t.transpose(0, 1) for t in (query, key, value))
+        outs = [
+            F.scaled_dot_product_attention(
+                q[:, a:b],
+                k[:, a:b],
+                v[:, a:b],
+                is_causal=True,
+                dropout_p=self._dropout_p(),
+                scale=self.softmax_scale,
+            )
+            for a, b in zip(cu_q[:-1], cu_q[1:], strict=True)
+            if b > a
+        ]
+        return torch.cat(outs, dim=1).transpose(0, 1).reshape(total, heads * self.head_dim)
+
+    def _thd_context_parallel(self, query: Tensor, key: Tensor, value: Tensor, params: ThdParams) -> Tensor:
+        """CP on CPU: gather every rank's keys/values, restore each sample's global order, and let each
+        local query see the keys at or before its global position within its own sample."""
+        total, heads, _ = query.shape
+        assert params.cp_group is not None and params.kv_gather_index is not None
+        assert params.index_in_sample is not None and params.cu_seqlens_kv_list is not None
+        cu_q, cu_kv = params.cu_seqlens_list, params.cu_seqlens_kv_list
+        assert cu_q is not None
+        k_all = gather_context_parallel(key, params.cp_group).flatten(0, 1)[params.kv_gather_index]
+        v_all = gather_context_parallel(value, params.cp_group).flatten(0, 1)[params.kv_gather_index]
+        q, k, v = (t.transpose(0, 1) for t in (query, k_all, v_all))
+        outs = []
+        for i in range(len(cu_q) - 1):
+            qa, qb, ka, kb = cu_q[i], cu_q[i + 1], cu_kv[i], cu_kv[i + 1]
+            if qb == qa:
+                continue
+            q_pos = params.index_in_sample[qa:qb]
+            allowed = torch.arange(kb - ka, device=q.device).unsqueeze(0) <= q_pos.unsqueeze(1)
+            outs.append(
+                F.scaled_dot_product_attention(
+                    q[:, qa:qb],
+                    k[:, ka:kb],
+                    v[:, ka:kb],
+                    attn_mask=allowed,
+                    dropout_p=self._dropout_p(),
+                    scale=self.softmax_scale,
+                )
+            )
+        return torch.cat(outs, dim=1).transpose(0, 1).reshape(total, heads * self.head_dim)

@@ -1,0 +1,288 @@
+"""Micro-batches in the three layouts the executor trains on, and the context-parallel THD split.
+
+- packed (THD): samples concatenated into one row; `cu_seqlens` bounds them; positions restart per
+  sample. Offline packs arrive that way (`seq_start_id`); in-batch packing concatenates MBS samples.
+- padded: one row per sample, right-padded (the baseline).
+- CP: each sample (and the pack's padding segment) is padded to a multiple of 2*CP and cut into 2*CP
+  chunks; rank r keeps chunks r and 2*CP-1-r, with their global positions.
+
+Samples follow Bridge's packed format: a stored sample of n+1 tokens trains on n positions (tokens
+0..n-1 predict tokens 1..n), and its `loss_mask` is label-aligned (position i counts iff predicting
+token i+1 is supervised; the stored last position is dropped, as Bridge's collate does). So a pack's
+runtime width is the sum of (stored length - 1), which is what `packed_sequence_size` bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from packcfg.train.attention import ThdParams, thd_positions
+
+PAD_TOKEN_ID = 0  # padding tokens carry no loss and no real token can attend to them; the id is moot
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Deliberate, named bugs for the equivalence tests' controls. All off in real training.
+
+    Each reproduces a known silent failure of packed training, so a test can show that its comparison
+    catches it: the control runs with one fault on and must then report a mismatch.
+    """
+
+    mask_across_samples: bool = False  # attention sees the whole pack as one sequence
+    no_position_reset: bool = False  # positions count across the pack instead of per sample
+    cp_local_positions: bool = False  # CP: RoPE positions from the rank-local cu_seqlens, not global
+    per_microbatch_loss_mean: bool = False  # loss averaged per micro-batch, not per token of the step
+    cp_wrong_chunks: bool = False  # CP rank r gets chunks 2r, 2r+1 while positions assume r, 2CP-1-r
+    resume_data_from_start: bool = False  # resume restores the model but replays data from the start
+
+    @classmethod
+    def from_names(cls, names: Iterable[str]) -> Faults:
+        known = {f.name for f in fields(cls)}
+        chosen = {n.strip() for n in names if n.strip()}
+        unknown = chosen - known
+        if unknown:
+            raise ValueError(f"unknown fault(s) {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**{n: True for n in chosen})
+
+    def names(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name)]
+
+
+NO_FAULTS = Faults()
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One tokenized sample: token ids and its label-aligned loss mask (same length)."""
+
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def runtime_length(self) -> int:
+        """Positions the model computes for this sample: every stored token but the last."""
+        return max(0, len(self.input_ids) - 1)
+
+
+def samples_from_pack(
+    input_ids: Sequence[int], loss_mask: Sequence[int], seq_start_id: Sequence[int]
+) -> list[Sample]:
+    """Split one packed Parquet row back into its samples (Bridge's `seq_start_id` starts)."""
+    ids = np.asarray(input_ids, dtype=np.int64)
+    mask = np.asarray(loss_mask, dtype=np.int8)
+    bounds = [*[int(s) for s in seq_start_id], len(ids)]
+    return [Sample(ids[a:b], mask[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+@dataclass
+class MicroBatch:
+    """What one forward/backward consumes, already in model layout (`[b, s]` tensors; THD has b = 1)."""
+
+    tokens: Tensor
+    labels: Tensor
+    loss_mask: Tensor  # float, 1.0 where the token's label is supervised
+    position_ids: Tensor
+    thd: ThdParams | None  # None for padded batches
+    real_tokens: int  # tokens of real samples (this rank's share under CP)
+    padded_tokens: int  # every token computed, padding included
+
+    @property
+    def loss_tokens(self) -> int:
+        return int(self.loss_mask.sum().item())
+
+
+def _sample_arrays(sample: Sample) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Model inputs, labels (the next token) and loss mask of one sample, runtime length each."""
+    ids = np.asarray(sample.input_ids, dtype=np.int64)
+    mask = np.asarray(sample.loss_mask[:-1], dtype=np.float32)
+    return ids[:-1], ids[1:], mask
+
+
+def pack_thd(samples: Sequence[Sample], pad_to: int | None = None, faults: Faults = NO_FAULTS) -> MicroBatch:
+    """Concatenate samples into one THD row; with `pad_to`, fill up to that width with a padding
+    segment that is its own sequence (no loss, attends only to itself)."""
+    parts = [_sample_arrays(s) for s in samples if s.runtime_length]
+    lengths = [len(p[0]) for p in parts]
+    real = sum(lengths)
+    if pad_to is not None and real > pad_to:
+        raise ValueError(f"pack of {real} tokens exceeds the pack size {pad_to}")
+    if pad_to is not None and real < pad_to:
+        pad = pad_to - real
+        parts.append(
+            (
+                np.full(pad, PAD_TOKEN_ID, np.int64),
+                np.full(pad, PAD_TOKEN_ID, np.int64),
+                np.zeros(pad, np.float32),
+            )
+        )
+        lengths.append(pad)
+    tokens = torch.from_numpy(np.concatenate([p[0] for p in parts]))
+    labels = torch.from_numpy(np.concatenate([p[1] for p in parts]))
+    mask = torch.from_numpy(np.concatenate([p[2] for p in parts]))
+    cu = [0, *np.cumsum(lengths).tolist()]
+    return _thd_batch(tokens, labels, mask, cu, real_tokens=real, faults=faults)
+
+
+def _thd_batch(
+    tokens: Tensor, labels: Tensor, mask: Tensor, cu: list[int], real_tokens: int, faults: Faults
+) -> MicroBatch:
+    total = int(tokens.numel())
+    cu_seqlens = torch.tensor(cu, dtype=torch.int32)
+    positions = torch.arange(total) if faults.no_position_reset else thd_positions(cu_seqlens, total)
+    attn_cu = [0, total] if faults.mask_across_samples else cu
+    attn_cu_t = torch.tensor(attn_cu, dtype=torch.int32)
+    max_len = max(b - a for a, b in zip(attn_cu[:-1], attn_cu[1:], strict=True))
+    params = ThdParams(
+        qkv_format="thd",
+        cu_seqlens_q=attn_cu_t,
+        cu_seqlens_kv=attn_cu_t,
+        max_seqlen_q=max_len,
+        max_seqlen_kv=max_len,
+        position_ids=positions,
+        cu_seqlens_list=attn_cu,
+        cu_seqlens_kv_list=attn_cu,
+    )
+    return MicroBatch(
+        tokens=tokens.unsqueeze(0),
+        labels=labels.unsqueeze(0),
+        loss_mask=mask.unsqueeze(0),
+        position_ids=positions.unsqueeze(0),
+        thd=params,
+        real_tokens=real_tokens,
+        padded_tokens=total,
+    )
+
+
+def pad_batch(samples: Sequence[Sample], pad_to: int | None = None) -> MicroBatch:
+    """One right-padded row per sample, all as wide as the longest (or `pad_to`)."""
+    parts = [_sample_arrays(s) for s in samples if s.runtime_length]
+    width = max(len(p[0]) for p in parts)
+    if pad_to is not None:
+        if width > pad_to:
+            raise ValueError(f"sample of {width} tokens exceeds the padded length {pad_to}")
+        width = pad_to
+    tokens = np.full((len(parts), width), PAD_TOKEN_ID, np.int64)
+    labels = np.full((len(parts), width), PAD_TOKEN_ID, np.int64)
+    mask = np.zeros((len(parts), width), np.float32)
+    for row, (ids, lab, m) in enumerate(parts):
+        tokens[row, : len(ids)], labels[row, : len(ids)], mask[row, : len(ids)] = ids, lab, m
+    real = sum(len(p[0]) for p in parts)
+    return MicroBatch(
+        tokens=torch.from_numpy(tokens),
+        labels=torch.from_numpy(labels),
+        loss_mask=torch.from_numpy(mask),
+        position_ids=torch.arange(width).expand(len(parts), width),
+        thd=None,
+        real_tokens=real,
+        padded_tokens=len(parts) * width,
+    )
+
+
+def split_for_context_parallel(
+    batch: MicroBatch, cp_size: int, cp_rank: int, cp_group: object, faults: Faults = NO_FAULTS
+) -> MicroBatch:
+    """This rank's share of a THD micro-batch under the load-balanced split (see module docstring).
+
+    Each segment is first padded to a multiple of 2*CP (alignment padding: no loss, placed after the
+    segment's last token, so causal attention never shows it to a real token). Positions are the
+    tokens' global positions within their sample.
+    """
+    if batch.thd is None:
+        raise ValueError("context parallel needs packed (THD) batches")
+    if cp_size == 1:
+        return batch
+    assert batch.thd.cu_seqlens_list is not None
+    cu = batch.thd.cu_seqlens_list
+    chunks = 2 * cp_size
+    tokens, labels, mask, positions = (
+        batch.tokens[0],
+        batch.labels[0],
+        batch.loss_mask[0],
+        batch.position_ids[0],
+    )
+
+    # Alignment padding per segment; positions continue past the segment end.
+    pieces: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+    padded_cu, real_flags, seen = [0], [], 0
+    for a, b in zip(cu[:-1], cu[1:], strict=True):
+        n, pad = b - a, (a - b) % chunks
+        last = int(positions[b - 1]) if n else -1
+        pieces.append(
+            (
+                torch.cat([tokens[a:b], tokens.new_full((pad,), PAD_TOKEN_ID)]),
+                torch.cat([labels[a:b], labels.new_full((pad,), PAD_TOKEN_ID)]),
+                torch.cat([mask[a:b], mask.new_zeros(pad)]),
+                torch.cat([positions[a:b], last + 1 + torch.arange(pad)]),
+            )
+        )
+        # Segments are real samples up to the batch's real-token count; after that, pack padding.
+        is_real = seen < batch.real_tokens
+        seen += n
+        real_flags.append(torch.cat([torch.full((n,), is_real), torch.zeros(pad, dtype=torch.bool)]))
+        padded_cu.append(padded_cu[-1] + n + pad)
+    all_tok, all_lab, all_mask, all_pos = (torch.cat(x) for x in zip(*pieces, strict=True))
+    all_real = torch.cat(real_flags)
+
+    def global_index(rank: int, owned: tuple[int, int]) -> Tensor:
+        """Global padded indices of `rank`'s tokens: its two chunks of every segment, in order."""
+        parts = []
+        for a, b in zip(padded_cu[:-1], padded_cu[1:], strict=True):
+            size = (b - a) // chunks
+            parts += [torch.arange(a + c * size, a + (c + 1) * size) for c in owned]
+        return torch.cat(parts)
+
+    def balanced(rank: int) -> tuple[int, int]:
+        return rank, chunks - 1 - rank
+
+    mine = global_index(cp_rank, balanced(cp_rank))
+    # The data a rank holds; the fault hands out contiguous chunks while everything else (positions,
+    # key order) still assumes the balanced split, as happens when data and attention disagree.
+    take = global_index(cp_rank, (2 * cp_rank, 2 * cp_rank + 1)) if faults.cp_wrong_chunks else mine
+    # Gathered keys arrive rank by rank in each rank's local order; this index puts them back in
+    # global padded order with one gather.
+    kv_gather_index = torch.empty(padded_cu[-1], dtype=torch.int64)
+    kv_gather_index[torch.cat([global_index(r, balanced(r)) for r in range(cp_size)])] = torch.arange(
+        padded_cu[-1]
+    )
+    local_cu = [c // cp_size for c in padded_cu]
+    starts = torch.tensor(padded_cu[:-1]).repeat_interleave(
+        torch.tensor(local_cu[1:]) - torch.tensor(local_cu[:-1])
+    )
+    local_cu_t = torch.tensor(local_cu, dtype=torch.int32)
+    positions_mine = (
+        thd_positions(local_cu_t, int(mine.numel())) if faults.cp_local_positions else all_pos[mine]
+    )
+    padded_cu_t = torch.tensor(padded_cu, dtype=torch.int32)
+    thd = replace(
+        batch.thd,
+        cu_seqlens_q=local_cu_t,
+        cu_seqlens_kv=padded_cu_t,
+        cu_seqlens_q_padded=local_cu_t,
+        cu_seqlens_kv_padded=padded_cu_t,
+        max_seqlen_q=max(b - a for a, b in zip(local_cu[:-1], local_cu[1:], strict=True)),
+        max_seqlen_kv=max(b - a for a, b in zip(padded_cu[:-1], padded_cu[1:], strict=True)),
+        position_ids=positions_mine,
+        index_in_sample=mine - starts,
+        cu_seqlens_list=local_cu,
+        cu_seqlens_kv_list=padded_cu,
+        kv_gather_index=kv_gather_index,
+        cp_group=cp_group,
+    )
+    return MicroBatch(
+        tokens=all_tok[take].unsqueeze(0),
+        labels=all_lab[take].unsqueeze(0),
+        loss_mask=all_mask[take].unsqueeze(0),
+        position_ids=positions_mine.unsqueeze(0),
+        thd=thd,
+        real_tokens=int(all_real[take].sum()),
+        padded_tokens=int(take.numel()),
+    )

@@ -1,0 +1,1 @@
+"""CLI commands of the train flow (standard-library imports only at module top)."""

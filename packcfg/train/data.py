@@ -1,0 +1,156 @@
+"""Where micro-batches come from: the packed Parquet (one pack per unit) or tokenized samples (one
+sample per unit), in a seeded per-epoch order that a step number alone reproduces (so resume needs
+only the count of consumed units), split over data-parallel ranks like megatron's sampler."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from packcfg.train.batches import (
+    NO_FAULTS,
+    Faults,
+    MicroBatch,
+    Sample,
+    pack_thd,
+    pad_batch,
+    samples_from_pack,
+)
+from packcfg.train.settings import DataSettings
+
+
+class Units(Protocol):
+    """Random-access collection of training units: each is a list of samples (a pack, or one sample)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> list[Sample]: ...
+
+
+class PackedParquet:
+    """Bridge's packed Parquet: columns `input_ids`, `loss_mask`, `seq_start_id`, one pack per row."""
+
+    def __init__(self, path: str | Path) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = Path(path)
+        table = pq.read_table(self.path, columns=["input_ids", "loss_mask", "seq_start_id"])
+        # Columns as Python lists once; a pack is then a cheap slice (files here are small; a
+        # multi-GB file would want row-group reads instead).
+        self._ids = table.column("input_ids").to_pylist()
+        self._mask = table.column("loss_mask").to_pylist()
+        self._starts = table.column("seq_start_id").to_pylist()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, index: int) -> list[Sample]:
+        return samples_from_pack(self._ids[index], self._mask[index], self._starts[index])
+
+    def all_samples(self) -> list[Sample]:
+        return [s for i in range(len(self)) for s in self[i]]
+
+
+class SampleUnits:
+    """Unpacked samples, one per unit (in-batch packing and the padded baseline)."""
+
+    def __init__(self, samples: Sequence[Sample]) -> None:
+        self.samples = list(samples)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> list[Sample]:
+        return [self.samples[index]]
+
+
+def write_packed_parquet(path: str | Path, packs: Sequence[Sequence[Sample]]) -> Path:
+    """Write packs in Bridge's packed Parquet format (used by tests and the benchmark)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows: dict[str, list[Any]] = {"input_ids": [], "loss_mask": [], "seq_start_id": []}
+    for pack in packs:
+        rows["input_ids"].append(np.concatenate([s.input_ids for s in pack]).astype(np.int64).tolist())
+        rows["loss_mask"].append(np.concatenate([s.loss_mask for s in pack]).astype(np.int8).tolist())
+        rows["seq_start_id"].append([0, *np.cumsum([len(s) for s in pack])[:-1].tolist()])
+    schema = pa.schema(
+        [
+            ("input_ids", pa.list_(pa.int64())),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("seq_start_id", pa.list_(pa.int64())),
+        ]
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.table(rows, schema=schema), tmp)
+    tmp.replace(path)
+    return path
+
+
+@dataclass
+class BatchPlan:
+    """Which units each rank's micro-batches hold at a step, and how they are laid out."""
+
+    units: Units
+    data: DataSettings
+    micro_batch_size: int
+    global_batch_size: int
+    dp: int
+    dp_rank: int
+
+    def __post_init__(self) -> None:
+        per_step = self.micro_batch_size * self.dp
+        if self.global_batch_size % per_step:
+            raise ValueError(
+                f"global_batch_size {self.global_batch_size} is not a multiple of "
+                f"micro_batch_size * DP = {self.micro_batch_size} * {self.dp}"
+            )
+        if self.data.batching == "packed" and self.micro_batch_size != 1:
+            raise ValueError("offline packed data trains with micro_batch_size 1 (one pack per micro-batch)")
+        if len(self.units) == 0:
+            raise ValueError("the training data is empty")
+        self._orders: dict[int, np.ndarray] = {}
+
+    @property
+    def micro_batches_per_step(self) -> int:
+        """Gradient-accumulation steps of this rank: GBS / (MBS * DP)."""
+        return self.global_batch_size // (self.micro_batch_size * self.dp)
+
+    def _unit_at(self, consumed: int) -> int:
+        """The unit at global position `consumed`: epochs are seeded permutations of the data."""
+        epoch, offset = divmod(consumed, len(self.units))
+        if epoch not in self._orders:
+            self._orders = {
+                epoch: np.random.default_rng([self.data.seed, epoch]).permutation(len(self.units))
+            }
+        return int(self._orders[epoch][offset])
+
+    def micro_batches(self, step: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
+        """This rank's micro-batches of step `step` (0-based): micro-batch j holds global units
+        `step*GBS + j*MBS*DP + dp_rank*MBS` onwards, as megatron's pretraining sampler assigns them."""
+        start = step * self.global_batch_size
+        out = []
+        for j in range(self.micro_batches_per_step):
+            first = start + j * self.micro_batch_size * self.dp + self.dp_rank * self.micro_batch_size
+            units = [self.units[self._unit_at(first + k)] for k in range(self.micro_batch_size)]
+            out.append(build_micro_batch(units, self.data, faults))
+        return out
+
+
+def build_micro_batch(
+    units: Sequence[list[Sample]], data: DataSettings, faults: Faults = NO_FAULTS
+) -> MicroBatch:
+    """Lay out one micro-batch's units as packed THD (offline pack or in-batch) or padded rows."""
+    samples = [s for unit in units for s in unit]
+    if data.batching == "padded":
+        return pad_batch(samples, pad_to=data.seq_length if data.pad_to_max_length else None)
+    if data.batching == "packed":
+        return pack_thd(samples, pad_to=data.pack_size if data.pad_to_max_length else None, faults=faults)
+    width = len(units) * data.seq_length if data.pad_to_max_length else None
+    return pack_thd(samples, pad_to=width, faults=faults)

@@ -1,0 +1,85 @@
+"""Loss and full gradients of one global batch, and the comparison the equivalence tests use.
+
+`compare` is the single judge of "computes the same": loss within an absolute tolerance and every
+parameter's gradient within a relative (norm-wise) tolerance. The tests run each configuration
+against its reference and each control (a `Faults` bug) against the same reference, expecting
+`compare` to find no mismatch and a mismatch respectively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch
+from packcfg.train.mcore_compat import parallel_state
+from packcfg.train.step import forward_backward
+
+LOSS_ATOL = 1e-5
+GRAD_RTOL = 1e-4
+
+
+@dataclass
+class LossAndGrads:
+    loss: float
+    grads: dict[str, torch.Tensor]  # full (TP-gathered) gradients by parameter name
+
+
+def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient at full size: TP shards gathered along their partition dim."""
+    tp_group = parallel_state.get_tensor_model_parallel_group()
+    tp = dist.get_world_size(tp_group)
+    out = {}
+    for name, p in model.named_parameters():
+        g = p.grad.detach().clone()
+        if tp > 1 and getattr(p, "tensor_model_parallel", False):
+            parts = [torch.empty_like(g) for _ in range(tp)]
+            dist.all_gather(parts, g.contiguous(), group=tp_group)
+            if name.endswith("mlp.linear_fc1.weight") and getattr(model.config, "gated_linear_unit", False):
+                # SwiGLU: each TP shard is [gate_r; up_r]; the full layout is [gate; up].
+                halves = [part.chunk(2, dim=p.partition_dim) for part in parts]
+                parts = [h[0] for h in halves] + [h[1] for h in halves]
+            g = torch.cat(parts, dim=p.partition_dim)
+        out[name] = g.cpu()
+    return out
+
+
+def loss_and_grads(
+    model: torch.nn.Module, micro_batches: Sequence[MicroBatch], faults: Faults = NO_FAULTS
+) -> LossAndGrads:
+    """One step's global per-token loss and the DP/CP-reduced gradients (no optimizer step)."""
+    model.zero_grad(set_to_none=False)
+    loss, _ = forward_backward(model, micro_batches, faults=faults)
+    return LossAndGrads(loss=loss, grads=full_gradients(model))
+
+
+def compare(
+    reference: LossAndGrads,
+    candidate: LossAndGrads,
+    loss_atol: float = LOSS_ATOL,
+    grad_rtol: float = GRAD_RTOL,
+) -> list[str]:
+    """Mismatches beyond tolerance, worst first; an empty list means "the same computation"."""
+    problems: list[tuple[float, str]] = []
+    dl = abs(reference.loss - candidate.loss)
+    if not dl <= loss_atol:
+        problems.append(
+            (dl / loss_atol, f"loss {candidate.loss:.8f} vs {reference.loss:.8f} (|diff| {dl:.2e})")
+        )
+    for name, ref in reference.grads.items():
+        got = candidate.grads.get(name)
+        if got is None or got.shape != ref.shape:
+            problems.append(
+                (
+                    float("inf"),
+                    f"{name}: shape {None if got is None else tuple(got.shape)} vs {tuple(ref.shape)}",
+                )
+            )
+            continue
+        rel = float((got.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30))
+        if not rel <= grad_rtol:
+            problems.append((rel / grad_rtol, f"{name}: relative gradient difference {rel:.2e}"))
+    return [text for _, text in sorted(problems, key=lambda x: -x[0])]

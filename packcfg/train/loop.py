@@ -1,0 +1,183 @@
+"""The training loop, top to bottom: build, loop, log, save."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from packcfg.train.batches import NO_FAULTS, Faults, Sample, split_for_context_parallel
+from packcfg.train.checkpoint import load_checkpoint, load_weights, resolve_checkpoint, save_checkpoint
+from packcfg.train.data import BatchPlan, PackedParquet, SampleUnits, Units
+from packcfg.train.metrics import MetricsLog, StepMetrics, print_progress
+from packcfg.train.model import build_model, use_transformer_engine
+from packcfg.train.optim import LrSchedule, build_optimizer
+from packcfg.train.parallel import Layout, clip_grad_norm, context_group, distributed
+from packcfg.train.settings import Batching, DataSettings, TrainSettings
+from packcfg.train.step import forward_backward
+
+
+@dataclass
+class TrainOptions:
+    batching: Batching | None = None  # default: the config's packing mode
+    output_dir: str | Path | None = None  # default: runs/<recipe.name>
+    resume: bool = False  # continue from checkpoint.save (or checkpoint.load) if one exists
+    faults: Faults = NO_FAULTS  # equivalence-test controls only
+    units: Units | None = None  # training data given directly (tests, bench) instead of from the config
+    progress: bool = True
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    start_step: int
+    losses: list[float] = field(default_factory=list)  # one per step run by this call
+    checkpoints: list[Path] = field(default_factory=list)
+
+
+def train(config: dict[str, Any], options: TrainOptions | None = None) -> TrainResult:
+    options = options or TrainOptions()
+    settings = TrainSettings.from_config(config, batching=options.batching, output_dir=options.output_dir)
+    with distributed(tp=settings.model.tp, cp=settings.model.cp) as layout:
+        return _train(config, settings, options, layout)
+
+
+def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layout: Layout) -> TrainResult:
+    # ---- build
+    units = options.units if options.units is not None else load_units(config, s.data, layout)
+    plan = BatchPlan(units, s.data, s.micro_batch_size, s.global_batch_size, layout.dp, layout.dp_rank)
+    model = build_model(s.model, s.seed)
+    use_te = use_transformer_engine(s.model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = build_optimizer(model, s.optim)
+    schedule = LrSchedule(optimizer, s.optim)
+
+    start = 0
+    resume_dir = _resume_dir(s) if options.resume or s.load_dir else None
+    if resume_dir is not None:
+        start = load_checkpoint(resume_dir, layout, model, optimizer, schedule).iteration
+        _say(layout, f"resumed from {resume_dir} at step {start}")
+    elif s.pretrained_dir is not None:
+        pretrained = resolve_checkpoint(s.pretrained_dir)
+        if pretrained is None:
+            raise FileNotFoundError(f"checkpoint.pretrained_checkpoint: no checkpoint in {s.pretrained_dir}")
+        load_weights(pretrained, layout, model)
+        _say(layout, f"initial weights from {pretrained}")
+
+    metrics = MetricsLog(s.output_dir / "metrics.jsonl", enabled=layout.is_main, resume_from=start)
+    result = TrainResult(output_dir=s.output_dir, start_step=start)
+    _say(
+        layout,
+        f"packcfg train: {s.name} | {s.data.batching} batches | world {layout.world} (TP {layout.tp}, "
+        f"CP {layout.cp}, DP {layout.dp}) | GBS {s.global_batch_size}, MBS {s.micro_batch_size}, "
+        f"{plan.micro_batches_per_step} micro-batches/rank/step | attention: "
+        f"{'Transformer Engine' if use_te else 'packcfg THD (local spec)'}",
+    )
+
+    # ---- loop
+    model.train()
+    for step in range(start, s.train_iters):
+        t0 = time.perf_counter()
+        lr = schedule.advance()
+        optimizer.zero_grad(set_to_none=False)
+        data_step = step - start if options.faults.resume_data_from_start else step
+        micro_batches = plan.micro_batches(data_step, options.faults)
+        if layout.cp > 1:
+            micro_batches = [
+                split_for_context_parallel(mb, layout.cp, layout.cp_rank, context_group(), options.faults)
+                for mb in micro_batches
+            ]
+        loss, tokens = forward_backward(
+            model,
+            micro_batches,
+            faults=options.faults,
+            bf16=s.model.bf16,
+            use_te=use_te,
+            device=layout.device,
+        )
+        grad_norm = clip_grad_norm(params, s.optim.clip_grad)
+        optimizer.step()
+        step_time = time.perf_counter() - t0
+
+        # ---- log
+        m = StepMetrics(
+            step=step + 1,
+            loss=loss,
+            lr=lr,
+            grad_norm=grad_norm,
+            real_tokens=tokens.real_tokens,
+            padded_tokens=tokens.padded_tokens,
+            tokens_per_s=tokens.real_tokens / step_time,
+            step_time=step_time,
+        )
+        metrics.write(m)
+        result.losses.append(loss)
+        if (
+            options.progress
+            and layout.is_main
+            and ((step + 1) % s.log_interval == 0 or step + 1 == s.train_iters)
+        ):
+            print_progress(m, s.train_iters)
+
+        # ---- save
+        done = step + 1
+        if (
+            s.save_dir is not None
+            and s.save_interval > 0
+            and (done % s.save_interval == 0 or done == s.train_iters)
+        ):
+            path = save_checkpoint(
+                s.save_dir,
+                done,
+                layout,
+                model,
+                optimizer,
+                schedule,
+                consumed_units=done * s.global_batch_size,
+            )
+            result.checkpoints.append(path)
+            _say(layout, f"saved {path}")
+    return result
+
+
+def _resume_dir(s: TrainSettings) -> Path | None:
+    """checkpoint.load if set, else checkpoint.save; None when there is nothing to resume yet."""
+    root = s.load_dir or s.save_dir
+    return resolve_checkpoint(root) if root is not None else None
+
+
+def _say(layout: Layout, text: str) -> None:
+    if layout.is_main:
+        print(text, flush=True)
+
+
+def load_units(config: dict[str, Any], data: DataSettings, layout: Layout) -> Units:
+    """The config's training data: the packed Parquet (packed on first use by rank 0) for packed
+    batches, the tokenized samples for in-batch packing and the padded baseline."""
+    from packcfg import packing
+
+    if data.batching == "packed":
+        if layout.is_main:
+            packed = packing.ensure_packed(config, progress=True)
+        _barrier()
+        if not layout.is_main:
+            packed = packing.ensure_packed(config, progress=False)
+        return PackedParquet(packed.train_path)
+    return SampleUnits([as_sample(x) for x in packing.tokenized_samples(config)])
+
+
+def as_sample(item: Any) -> Sample:
+    """A tokenized sample from `packcfg.packing.tokenized_samples`: `(input_ids, loss_mask)`, the mask
+    label-aligned as in the packed rows."""
+    import numpy as np
+
+    input_ids, loss_mask = item
+    return Sample(np.asarray(input_ids, dtype=np.int64), np.asarray(loss_mask, dtype=np.int8))
+
+
+def _barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

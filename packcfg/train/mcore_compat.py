@@ -1,0 +1,131 @@
+"""Every CPU shim and version gate packcfg needs around megatron-core, in one place.
+
+megatron-core assumes CUDA in a few spots that the executor reaches (see the spec's environment
+facts). Rather than patching megatron, the executor avoids those spots and this module says how:
+
+- Stock `DotProductAttention` rejects THD and CP and allocates on `torch.cuda.current_device()`:
+  the local layer spec gets packcfg's core attention instead (`local_layer_spec`).
+- `RotaryEmbedding.get_emb` moves `inv_freq` to `torch.cuda.current_device()`, and the unfused THD
+  RoPE path loops over sequences in Python: without Transformer Engine the model is built with
+  `position_embedding_type="none"` and packcfg's core attention applies RoPE itself, vectorised.
+- `model_parallel_cuda_manual_seed` reads the CUDA RNG state: on CPU the RNG tracker is set to
+  megatron's inference tracker, whose `fork()` is a no-op, and `torch.manual_seed` seeds everything.
+- `sequence_parallel` needs TE's LayerNorm: refused without TE (`check_supported`).
+- megatron's DDP, optimizer and schedules hard-code CUDA: the executor uses a plain torch loop.
+
+Version differences (0.16.1 is the newest for Python 3.11; later releases need 3.12) are handled
+here by feature tests on signatures rather than version numbers where possible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+# Messages megatron-core prints on import on a machine without TE/Apex; harmless on CPU.
+_IMPORT_NOISE = (".*Transformer Engine.*", ".*Apex.*", ".*absl.*", "full scope is deprecated.*")
+
+
+@contextlib.contextmanager
+def quiet_megatron_import() -> Iterator[None]:
+    """Silence megatron-core's import-time warnings about missing optional GPU packages."""
+    with warnings.catch_warnings():
+        for pattern in _IMPORT_NOISE:
+            warnings.filterwarnings("ignore", message=pattern)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        yield
+
+
+with quiet_megatron_import():
+    import megatron.core as mcore
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+MCORE_VERSION: tuple[int, ...] = _version_tuple(getattr(mcore, "__version__", "0.0.0"))
+
+
+def has_transformer_engine() -> bool:
+    """TE is used only with CUDA; on a CPU machine importing it raises RuntimeError (not ImportError)."""
+    if not torch.cuda.is_available() or importlib.util.find_spec("transformer_engine") is None:
+        return False
+    try:
+        importlib.import_module("transformer_engine.pytorch")
+    except Exception:  # noqa: BLE001 - any failure to load TE means "no TE", never a crash
+        return False
+    return True
+
+
+def accepts_kwarg(fn: Any, name: str) -> bool:
+    """Feature test for keyword arguments that come and go between megatron-core releases."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def initialize_model_parallel(tp: int, cp: int) -> None:
+    """megatron's group set-up for TP x CP x DP (PP 1); gloo groups only where they exist as an option."""
+    kwargs: dict[str, Any] = {"tensor_model_parallel_size": tp, "context_parallel_size": cp}
+    if accepts_kwarg(parallel_state.initialize_model_parallel, "create_gloo_process_groups"):
+        # The executor's own collectives run on the default group; extra gloo groups cost start-up time.
+        kwargs["create_gloo_process_groups"] = False
+    parallel_state.initialize_model_parallel(**kwargs)
+
+
+def seed_model_parallel_rng(seed: int) -> None:
+    """Seed torch and megatron's RNG tracker; on CPU the tracker becomes a no-op (no CUDA RNG to fork)."""
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+        return
+    random_mod = tensor_parallel.random
+    if accepts_kwarg(random_mod.initialize_rng_tracker, "inference_rng_tracker"):
+        random_mod.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+
+
+def local_layer_spec(core_attention: ModuleSpec) -> ModuleSpec:
+    """megatron's local (no-TE) GPT layer spec, RMSNorm, with `core_attention` swapped in."""
+    kwargs: dict[str, Any] = {}
+    if accepts_kwarg(gpt_layer_specs.get_gpt_layer_local_spec, "normalization"):
+        kwargs["normalization"] = "RMSNorm"
+    spec = gpt_layer_specs.get_gpt_layer_local_spec(**kwargs)
+    spec.submodules.self_attention.submodules.core_attention = core_attention
+    return spec
+
+
+def te_layer_spec() -> ModuleSpec:
+    """Transformer Engine layer spec (CUDA + TE only): fused THD attention with cu_seqlens, fused RoPE."""
+    return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
+
+
+def check_supported(*, use_te: bool, sequence_parallel: bool, pipeline_parallel: int) -> None:
+    """Refuse, with the reason, what this executor cannot run (rather than failing deep in megatron)."""
+    if sequence_parallel and not use_te:
+        raise ValueError("model.sequence_parallel needs Transformer Engine (torch norms do not support it)")
+    if pipeline_parallel != 1:
+        raise ValueError("the packcfg executor runs pipeline_model_parallel_size 1 only")
+
+
+def model_config_kwargs(config_cls: type, wanted: dict[str, Any]) -> dict[str, Any]:
+    """Drop TransformerConfig fields this megatron-core release does not know (older/newer releases)."""
+    fields = getattr(config_cls, "__dataclass_fields__", {})
+    return {k: v for k, v in wanted.items() if k in fields}

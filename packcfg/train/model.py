@@ -1,0 +1,99 @@
+"""The megatron-core GPTModel the executor trains: Llama-style (RMSNorm, SwiGLU, RoPE, GQA).
+
+Transformer Engine's layer spec when CUDA and TE are present (its fused THD attention and RoPE take
+`cu_seqlens`); otherwise megatron's local spec with `PackedCoreAttention`, which also owns RoPE.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from packcfg.train import mcore_compat
+from packcfg.train.attention import PackedCoreAttention, RopeSpec
+from packcfg.train.mcore_compat import ModuleSpec, quiet_megatron_import
+from packcfg.train.settings import ModelSettings
+
+with quiet_megatron_import():
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+
+def use_transformer_engine(settings: ModelSettings) -> bool:
+    """TE only when asked for (`transformer_impl: transformer_engine`) and actually usable."""
+    return settings.transformer_impl == "transformer_engine" and mcore_compat.has_transformer_engine()
+
+
+def transformer_config(settings: ModelSettings, use_te: bool) -> TransformerConfig:
+    on_gpu = torch.cuda.is_available()
+    wanted = dict(
+        num_layers=settings.num_layers,
+        hidden_size=settings.hidden_size,
+        ffn_hidden_size=settings.ffn_hidden_size,
+        num_attention_heads=settings.num_attention_heads,
+        num_query_groups=settings.num_query_groups,
+        kv_channels=settings.kv_channels,
+        normalization="RMSNorm",
+        layernorm_epsilon=settings.layernorm_epsilon,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        init_method_std=settings.init_method_std,
+        attention_dropout=settings.attention_dropout,
+        hidden_dropout=settings.hidden_dropout,
+        tensor_model_parallel_size=settings.tp,
+        context_parallel_size=settings.cp,
+        pipeline_model_parallel_size=1,
+        sequence_parallel=settings.sequence_parallel,
+        # Full master weights from one seed on CPU, then sliced: TP=2 equals TP=1 exactly.
+        use_cpu_initialization=not on_gpu,
+        params_dtype=torch.float32,  # fp32 master weights; bf16 runs under autocast
+        calculate_per_token_loss=True,
+        # Fused kernels are CUDA-only; the local path turns every fusion off.
+        bias_activation_fusion=use_te,
+        masked_softmax_fusion=False,
+        bias_dropout_fusion=use_te,
+        apply_rope_fusion=use_te and settings.apply_rope_fusion,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+    )
+    with quiet_megatron_import():  # also hides 0.16's "full scope is deprecated" default-value notice
+        return TransformerConfig(**mcore_compat.model_config_kwargs(TransformerConfig, wanted))
+
+
+def build_model(settings: ModelSettings, seed: int) -> GPTModel:
+    """A freshly initialised model; the same seed gives the same full weights at any TP size."""
+    use_te = use_transformer_engine(settings)
+    mcore_compat.check_supported(
+        use_te=use_te, sequence_parallel=settings.sequence_parallel, pipeline_parallel=settings.pp
+    )
+    mcore_compat.seed_model_parallel_rng(seed)
+    config = transformer_config(settings, use_te)
+    rope = settings.position_embedding_type == "rope"
+    if use_te:
+        spec = mcore_compat.te_layer_spec()
+        position_embedding = "rope" if rope else "none"
+    else:
+        rope_spec = RopeSpec(
+            dim=int(settings.kv_channels * settings.rotary_percent), base=settings.rotary_base
+        )
+        attention = ModuleSpec(module=PackedCoreAttention, params={"rope": rope_spec if rope else None})
+        spec = mcore_compat.local_layer_spec(attention)
+        # packcfg's attention applies RoPE itself (vectorised over THD); megatron's would loop per sample.
+        position_embedding = "none"
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=settings.vocab_size,
+        max_sequence_length=settings.seq_length,
+        pre_process=True,
+        post_process=True,
+        share_embeddings_and_output_weights=settings.share_embeddings,
+        position_embedding_type=position_embedding,
+        rotary_percent=settings.rotary_percent,
+        rotary_base=int(settings.rotary_base),
+        parallel_output=True,
+    )
+    if torch.cuda.is_available():
+        model = model.cuda()
+    return model

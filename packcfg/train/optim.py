@@ -1,0 +1,64 @@
+"""torch AdamW and megatron's learning-rate schedule (linear warmup, then cosine/linear decay to min_lr)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from packcfg.train.settings import OptimSettings
+
+
+def build_optimizer(model: torch.nn.Module, settings: OptimSettings) -> torch.optim.AdamW:
+    """AdamW; like megatron, no weight decay on biases and norm weights (1-D parameters)."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": settings.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    # foreach=False: the same arithmetic on every backend and TP size (the equivalence tests rely on it).
+    return torch.optim.AdamW(
+        groups, lr=settings.lr, betas=(settings.beta1, settings.beta2), eps=settings.eps, foreach=False
+    )
+
+
+class LrSchedule:
+    """Learning rate of iteration `n` (1-based): warmup to `lr` over `warmup_iters`, then decay to
+    `min_lr` by `decay_iters` (cosine, linear or constant), constant afterwards."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, settings: OptimSettings) -> None:
+        self.optimizer = optimizer
+        self.settings = settings
+        self.iteration = 0
+
+    def lr_at(self, n: int) -> float:
+        s = self.settings
+        if s.warmup_iters > 0 and n <= s.warmup_iters:
+            return s.lr * n / s.warmup_iters
+        if s.decay_style == "constant" or n > s.decay_iters:
+            return s.min_lr if n > s.decay_iters and s.decay_style != "constant" else s.lr
+        span = max(1, s.decay_iters - s.warmup_iters)
+        frac = (n - s.warmup_iters) / span
+        if s.decay_style == "linear":
+            coeff = 1.0 - frac
+        else:
+            coeff = 0.5 * (math.cos(math.pi * frac) + 1.0)
+        return s.min_lr + coeff * (s.lr - s.min_lr)
+
+    def advance(self) -> float:
+        """Set the learning rate for the next iteration and return it."""
+        self.iteration += 1
+        lr = self.lr_at(self.iteration)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state["iteration"])

@@ -1,0 +1,160 @@
+"""Process groups: the torch.distributed world (torchrun's, or a world of 1 set up here) and
+megatron's TP x CP x DP groups; plus the two collectives the plain training loop needs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from packcfg.train import mcore_compat
+from packcfg.train.mcore_compat import parallel_state
+
+
+def free_port() -> int:
+    """A TCP port free right now on this host (for a world of 1 or a test's torchrun)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+@dataclass(frozen=True)
+class Layout:
+    """This rank's place in the TP x CP x DP grid."""
+
+    world: int
+    rank: int
+    tp: int
+    cp: int
+    dp: int
+    tp_rank: int
+    cp_rank: int
+    dp_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@contextlib.contextmanager
+def distributed(tp: int = 1, cp: int = 1) -> Iterator[Layout]:
+    """Join (or create) the process group and build megatron's groups; tear down what was created here.
+
+    Under torchrun the env:// variables are used; a bare process becomes a world of 1 on a free port.
+    NCCL with CUDA, gloo otherwise. Re-entrant: groups already built with the same sizes are reused.
+    """
+    created_world = False
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        if under_torchrun():
+            dist.init_process_group(backend=backend)
+        else:
+            # A world of 1 without touching os.environ (child processes must not inherit a fake rank).
+            dist.init_process_group(
+                backend=backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+            )
+        created_world = True
+    world = dist.get_world_size()
+    if world % (tp * cp):
+        raise ValueError(f"world size {world} is not divisible by TP*CP = {tp * cp}")
+    created_groups = not parallel_state.model_parallel_is_initialized()
+    if created_groups:
+        mcore_compat.initialize_model_parallel(tp, cp)
+    elif (
+        parallel_state.get_tensor_model_parallel_world_size(),
+        parallel_state.get_context_parallel_world_size(),
+    ) != (tp, cp):
+        raise RuntimeError("model-parallel groups already exist with other TP/CP sizes")
+    try:
+        yield Layout(
+            world=world,
+            rank=dist.get_rank(),
+            tp=tp,
+            cp=cp,
+            dp=parallel_state.get_data_parallel_world_size(),
+            tp_rank=parallel_state.get_tensor_model_parallel_rank(),
+            cp_rank=parallel_state.get_context_parallel_rank(),
+            dp_rank=parallel_state.get_data_parallel_rank(),
+            device=torch.device("cuda", torch.cuda.current_device())
+            if torch.cuda.is_available()
+            else torch.device("cpu"),
+        )
+    finally:
+        if created_groups:
+            parallel_state.destroy_model_parallel()
+        if created_world:
+            dist.destroy_process_group()
+
+
+def data_context_group() -> dist.ProcessGroup:
+    """Ranks holding the same model shard and different tokens (DP x CP): gradients and token counts
+    are summed over it."""
+    return parallel_state.get_data_parallel_group(with_context_parallel=True)
+
+
+def context_group() -> dist.ProcessGroup:
+    return parallel_state.get_context_parallel_group()
+
+
+def all_reduce_sum(values: Sequence[float], group: dist.ProcessGroup | None = None) -> list[float]:
+    """Sum a few scalars over a group in one collective (float64, so token counts stay exact)."""
+    t = torch.tensor(list(values), dtype=torch.float64)
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        if torch.cuda.is_available():
+            t = t.cuda()
+        dist.all_reduce(t, group=group)
+    return [float(v) for v in t.cpu()]
+
+
+def all_reduce_gradients(params: Sequence[torch.nn.Parameter], group: dist.ProcessGroup) -> None:
+    """Plain DP gradient sum (the loss is already divided by the global token count), one flat
+    buffer so it is one collective per step."""
+    if dist.get_world_size(group) == 1:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset : offset + n].view_as(g))
+        offset += n
+
+
+def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> float:
+    """Global grad norm over the whole model, TP-aware: TP shards are summed over the TP group,
+    parameters replicated across TP are counted once. Scales grads in place when above `max_norm`."""
+    sharded = torch.zeros((), dtype=torch.float64)
+    replicated = torch.zeros((), dtype=torch.float64)
+    for p in params:
+        if p.grad is None:
+            continue
+        sq = p.grad.detach().double().pow(2).sum().cpu()
+        if getattr(p, "tensor_model_parallel", False):
+            sharded += sq
+        else:
+            replicated += sq
+    tp_group = parallel_state.get_tensor_model_parallel_group()
+    if dist.get_world_size(tp_group) > 1:
+        sharded = sharded.to("cuda") if torch.cuda.is_available() else sharded
+        dist.all_reduce(sharded, group=tp_group)
+        sharded = sharded.cpu()
+    norm = float((sharded + replicated).sqrt())
+    if max_norm > 0 and norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+    return norm

@@ -1,0 +1,198 @@
+"""The slice of an experiment config the executor reads, as typed values with Bridge's defaults.
+
+The lint flow validates configs; this module only reads them (raising `ValueError` with the key for
+a value the executor cannot use), so the training loop never digs through nested dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from packcfg.resources import resolve_path
+
+Batching = Literal["packed", "in_batch", "padded"]
+
+
+def _section(config: dict[str, Any], name: str) -> dict[str, Any]:
+    value = config.get(name) or {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _truthy(value: Any) -> bool:
+    return bool(value) and str(value).lower() not in {"false", "0", "no", "none"}
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    seq_length: int
+    vocab_size: int
+    rotary_base: float
+    rotary_percent: float
+    share_embeddings: bool
+    init_method_std: float
+    layernorm_epsilon: float
+    attention_dropout: float
+    hidden_dropout: float
+    tp: int
+    cp: int
+    pp: int
+    sequence_parallel: bool
+    bf16: bool
+    transformer_impl: str
+    apply_rope_fusion: bool
+    position_embedding_type: str
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ModelSettings:
+        m = _section(config, "model")
+        heads = int(m.get("num_attention_heads", 0))
+        hidden = int(m.get("hidden_size", 0))
+        if not heads or not hidden or not m.get("num_layers"):
+            raise ValueError("model: num_layers, hidden_size and num_attention_heads are required")
+        opt = _section(config, "optimizer")
+        return cls(
+            num_layers=int(m["num_layers"]),
+            hidden_size=hidden,
+            ffn_hidden_size=int(m.get("ffn_hidden_size") or 4 * hidden),
+            num_attention_heads=heads,
+            num_query_groups=int(m.get("num_query_groups") or heads),
+            kv_channels=int(m.get("kv_channels") or hidden // heads),
+            seq_length=int(m.get("seq_length") or _section(config, "dataset").get("seq_length") or 2048),
+            vocab_size=int(m["vocab_size"]),
+            rotary_base=float(m.get("rotary_base", 10000)),
+            rotary_percent=float(m.get("rotary_percent", 1.0)),
+            share_embeddings=_truthy(m.get("share_embeddings_and_output_weights", False)),
+            init_method_std=float(m.get("init_method_std", 0.02)),
+            layernorm_epsilon=float(m.get("layernorm_epsilon", 1e-5)),
+            attention_dropout=float(m.get("attention_dropout", 0.0)),
+            hidden_dropout=float(m.get("hidden_dropout", 0.0)),
+            tp=int(m.get("tensor_model_parallel_size", 1)),
+            cp=int(m.get("context_parallel_size", 1)),
+            pp=int(m.get("pipeline_model_parallel_size", 1)),
+            sequence_parallel=_truthy(m.get("sequence_parallel", False)),
+            bf16=_truthy(m.get("bf16", False)) or _truthy(opt.get("bf16", False)),
+            transformer_impl=str(m.get("transformer_impl", "transformer_engine")),
+            apply_rope_fusion=_truthy(m.get("apply_rope_fusion", False)),
+            position_embedding_type=str(m.get("position_embedding_type", "rope")),
+        )
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    batching: Batching
+    seq_length: int
+    pack_size: int
+    pad_to_max_length: bool
+    seed: int
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], batching: Batching | None) -> DataSettings:
+        d = _section(config, "dataset")
+        specs = d.get("offline_packing_specs") or d.get("packed_sequence_specs") or {}
+        offline = _truthy(d.get("enable_offline_packing")) or bool(d.get("packed_sequence_specs"))
+        in_batch = _truthy(d.get("enable_in_batch_packing")) or _truthy(d.get("pack_sequences_in_batch"))
+        if batching is None:
+            batching = "packed" if offline else "in_batch" if in_batch else "padded"
+        seq_length = int(d.get("seq_length") or _section(config, "model").get("seq_length") or 2048)
+        kwargs = d.get("dataset_kwargs") or {}
+        return cls(
+            batching=batching,
+            seq_length=seq_length,
+            pack_size=int(specs.get("packed_sequence_size") or seq_length),
+            pad_to_max_length=_truthy(d.get("pad_to_max_length")) or _truthy(kwargs.get("pad_to_max_length")),
+            seed=int(d.get("seed", _section(config, "rng").get("seed", 1234))),
+        )
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    lr: float
+    min_lr: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+    eps: float
+    clip_grad: float
+    warmup_iters: int
+    decay_iters: int
+    decay_style: str
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], train_iters: int) -> OptimSettings:
+        o, s = _section(config, "optimizer"), _section(config, "scheduler")
+        return cls(
+            lr=float(o.get("lr", 1e-4)),
+            min_lr=float(o.get("min_lr", 0.0)),
+            weight_decay=float(o.get("weight_decay", 0.01)),
+            beta1=float(o.get("adam_beta1", 0.9)),
+            beta2=float(o.get("adam_beta2", 0.999)),
+            eps=float(o.get("adam_eps", 1e-8)),
+            clip_grad=float(o.get("clip_grad", 1.0)),
+            warmup_iters=int(s.get("lr_warmup_iters", 0)),
+            decay_iters=int(s.get("lr_decay_iters") or train_iters),
+            decay_style=str(s.get("lr_decay_style", "cosine")),
+        )
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything the loop needs, resolved from one config (plus CLI choices)."""
+
+    name: str
+    model: ModelSettings
+    data: DataSettings
+    optim: OptimSettings
+    micro_batch_size: int
+    global_batch_size: int
+    train_iters: int
+    seed: int
+    log_interval: int
+    save_dir: Path | None
+    save_interval: int
+    load_dir: Path | None
+    pretrained_dir: Path | None
+    output_dir: Path
+
+    @classmethod
+    def from_config(
+        cls,
+        config: dict[str, Any],
+        *,
+        batching: Batching | None = None,
+        output_dir: str | Path | None = None,
+    ) -> TrainSettings:
+        t, ck = _section(config, "train"), _section(config, "checkpoint")
+        name = str(_section(config, "recipe").get("name") or "run")
+        train_iters = int(t.get("train_iters", 0))
+        if train_iters <= 0:
+            raise ValueError("train.train_iters must be a positive integer")
+
+        def path(value: Any) -> Path | None:
+            return resolve_path(str(value)) if value else None
+
+        return cls(
+            name=name,
+            model=ModelSettings.from_config(config),
+            data=DataSettings.from_config(config, batching),
+            optim=OptimSettings.from_config(config, train_iters),
+            micro_batch_size=int(t.get("micro_batch_size", 1)),
+            global_batch_size=int(t.get("global_batch_size", 1)),
+            train_iters=train_iters,
+            seed=int(_section(config, "rng").get("seed", 1234)),
+            log_interval=max(1, int(_section(config, "logger").get("log_interval", 1))),
+            save_dir=path(ck.get("save")),
+            save_interval=int(ck.get("save_interval") or 0),
+            load_dir=path(ck.get("load")),
+            pretrained_dir=path(ck.get("pretrained_checkpoint")),
+            output_dir=Path(output_dir) if output_dir else Path("runs") / name,
+        )

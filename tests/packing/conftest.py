@@ -1,0 +1,45 @@
+"""Fixtures for the packing tests: small real files (token JSONL, Parquet, SFT text) and the bundled data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packcfg.resources import data_dir
+
+SAMPLE_SFT = data_dir() / "sample_sft"
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def random_token_rows(n: int, seed: int = 0, max_len: int = 90, kind: str = "mask") -> list[dict]:
+    """Samples with varied lengths and a prompt/answer split given as loss_mask or answer_start_idx."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        length = int(rng.integers(2, max_len))
+        ids = rng.integers(3, 2000, size=length).tolist()
+        start = int(rng.integers(0, length))
+        if kind == "mask":
+            rows.append({"input_ids": ids, "loss_mask": [int(i >= start) for i in range(length)]})
+        elif kind == "answer":
+            rows.append({"input_ids": ids, "answer_start_idx": start})
+        else:
+            rows.append({"input_ids": ids})
+    return rows
+
+
+@pytest.fixture
+def token_jsonl(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "tokens.jsonl", random_token_rows(300, seed=1))
+
+
+@pytest.fixture
+def sample_sft() -> Path:
+    return SAMPLE_SFT

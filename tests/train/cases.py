@@ -1,0 +1,146 @@
+"""Shared inputs of the executor tests: a tiny fp32 model config and deterministic synthetic samples.
+
+Imported by the tests and by `harness.py` (run under torchrun), so every rank and every reference run
+builds exactly the same model and data.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from packcfg.train.batches import Sample
+
+VOCAB = 128
+
+TINY_CONFIG: dict[str, Any] = {
+    "recipe": {"name": "tiny_test"},
+    "model": {
+        "num_layers": 2,
+        "hidden_size": 32,
+        "ffn_hidden_size": 48,
+        "num_attention_heads": 4,
+        "num_query_groups": 2,
+        "kv_channels": 8,
+        "seq_length": 64,
+        "vocab_size": VOCAB,
+        "rotary_base": 10000,
+        "transformer_impl": "local",
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "bf16": False,
+    },
+    "dataset": {
+        "seq_length": 64,
+        "seed": 7,
+        "enable_offline_packing": True,
+        "offline_packing_specs": {"packed_sequence_size": 64},
+        "dataset_kwargs": {"pad_to_max_length": False},
+    },
+    "train": {"micro_batch_size": 1, "global_batch_size": 4, "train_iters": 1},
+    "optimizer": {"lr": 1e-2, "min_lr": 1e-3, "clip_grad": 1.0, "weight_decay": 0.01},
+    "scheduler": {"lr_warmup_iters": 1, "lr_decay_style": "cosine"},
+    "rng": {"seed": 11},
+    "logger": {"log_interval": 1},
+}
+
+
+def tiny_config(**sections: dict[str, Any]) -> dict[str, Any]:
+    """TINY_CONFIG with sections updated key by key, e.g. tiny_config(model={"tensor_model_parallel_size": 2})."""
+    config = copy.deepcopy(TINY_CONFIG)
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    return config
+
+
+def synthetic_samples(n: int, seed: int = 0, min_len: int = 3, max_len: int = 29) -> list[Sample]:
+    """Samples of varied lengths (so CP alignment padding is exercised), with a prompt part (no loss)
+    and an answer part (loss), the mask label-aligned like Bridge's packed format."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        length = int(rng.integers(min_len, max_len + 1))
+        ids = rng.integers(1, VOCAB, length)
+        prompt = int(rng.integers(1, max(2, length // 2)))
+        mask = np.zeros(length, np.int8)
+        mask[prompt - 1 : length - 1] = 1  # predicting answer tokens; the last token predicts nothing
+        out.append(Sample(ids, mask))
+    return out
+
+
+def greedy_packs(samples: list[Sample], capacity: int) -> list[list[Sample]]:
+    """First-fit packing in order on runtime lengths (the tests need packs, not an optimal plan)."""
+    packs: list[list[Sample]] = []
+    for s in samples:
+        for pack in packs:
+            if sum(x.runtime_length for x in pack) + s.runtime_length <= capacity:
+                pack.append(s)
+                break
+        else:
+            packs.append([s])
+    return packs
+
+
+# ---- the parallel equivalence cases (DP, CP, TP): one global batch, reference at world 1
+
+PARALLEL_CASES = ("dp", "cp", "tp")
+
+
+def case_config(case: str, world: int) -> dict[str, Any]:
+    """The case's config at a world size: `dp` spreads the world over data parallel, `cp` over
+    context parallel, `tp` over tensor parallel. CP packs are padded to the pack size, so both the
+    alignment padding of odd-length samples and the pack's padding segment go through the split."""
+    if case == "dp":
+        return tiny_config(train={"global_batch_size": 4})
+    if case == "cp":
+        return tiny_config(
+            model={"context_parallel_size": world},
+            train={"global_batch_size": 2},
+            dataset={"dataset_kwargs": {"pad_to_max_length": True}},
+        )
+    if case == "tp":
+        return tiny_config(model={"tensor_model_parallel_size": world}, train={"global_batch_size": 2})
+    raise ValueError(case)
+
+
+def run_case(case: str, variants: list[str]) -> dict[str, Any]:
+    """Loss and full gradients of the case's first global batch, for each variant ("none" or a fault
+    name), in the current torch.distributed world (or a world of 1)."""
+    import torch.distributed as dist
+
+    from packcfg.train.batches import Faults, split_for_context_parallel
+    from packcfg.train.data import BatchPlan
+    from packcfg.train.equivalence import loss_and_grads
+    from packcfg.train.model import build_model
+    from packcfg.train.parallel import context_group, distributed
+    from packcfg.train.settings import TrainSettings
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    settings = TrainSettings.from_config(case_config(case, world))
+    packs = greedy_packs(synthetic_samples(24, seed=3), settings.data.pack_size)
+    results = {}
+    with distributed(tp=settings.model.tp, cp=settings.model.cp) as layout:
+        model = build_model(settings.model, settings.seed)
+        plan = BatchPlan(_Packs(packs), settings.data, settings.micro_batch_size, settings.global_batch_size, layout.dp, layout.dp_rank)
+        for variant in variants:
+            faults = Faults.from_names([] if variant == "none" else [variant])
+            batches = plan.micro_batches(0, faults)
+            if layout.cp > 1:
+                batches = [split_for_context_parallel(b, layout.cp, layout.cp_rank, context_group(), faults) for b in batches]
+            results[variant] = loss_and_grads(model, batches, faults)
+    return results
+
+
+class _Packs:
+    """Packs as training units (what a packed Parquet file holds, without the file)."""
+
+    def __init__(self, packs: list[list[Sample]]) -> None:
+        self.packs = packs
+
+    def __len__(self) -> int:
+        return len(self.packs)
+
+    def __getitem__(self, index: int) -> list[Sample]:
+        return self.packs[index]
