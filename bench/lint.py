@@ -26,6 +26,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
+LINT_ONLY = (
+    "import argparse, sys; from packcfg.lint.commands import lint; p = argparse.ArgumentParser(); "
+    "lint.add_arguments(p); raise SystemExit(lint.run(p.parse_args(sys.argv[1:])))"
+)
 
 
 def _time(argv: list[str]) -> tuple[float, float]:
@@ -62,6 +66,11 @@ def main() -> int:
     cmd = [sys.executable, "-m", "packcfg", "lint"]
     one = REPO / "recipes" / "tiny_cpu_sft.yaml"
     rows = [_measure("1 recipe", [*cmd, str(one)], args.runs, 0.3)]
+    # The same lint without the CLI's parser, which imports every flow's command module: shows what the
+    # lint path itself costs, apart from the other flows' import time.
+    rows.append(
+        _measure("1 recipe, lint command only", [sys.executable, "-c", LINT_ONLY, str(one)], args.runs, None)
+    )
     with tempfile.TemporaryDirectory(prefix="packcfg-bench-") as tmp:
         folder = Path(tmp)
         for i in range(args.files):

@@ -275,7 +275,10 @@ SECTIONS: dict[str, dict[str, F]] = {
         "container_image": F(STR),
         "env": F(MappingOf(Either((STR, INT, NUM, BOOL)))),
         "mounts": F(ListOf(STR)),
-        "engine": F(OneOf(("packcfg", "bridge")), "packcfg"),
+        # what the launch flow accepts today (packcfg.launch.spec): keep the two in step
+        "engine": F(OneOf(("packcfg",)), "packcfg"),
+        "device": F(OneOf(("gpu", "cpu")), "gpu"),
+        "env_from": F(ListOf(STR)),
         "job_name": F(STR),
         "qos": F(STR),
         "exclusive": F(BOOL),
@@ -613,19 +616,29 @@ def validate(config: dict[str, Any]) -> list[SchemaIssue]:
     return issues
 
 
+ENERGON_REQUIRED = ("micro_batch_size", "task_encoder")
+
+
 def _check_required(config: dict[str, Any]) -> Iterator[SchemaIssue]:
     """Fields Bridge requires with no default. Only for a full dataset definition (one with a
     `_target_`): an override file that touches a few dataset keys is not a dataset definition."""
     dataset = config.get("dataset")
-    if isinstance(dataset, dict) and dataset.get("_target_") is not None:
-        if dataset.get("seq_length") is None and dataset.get("sequence_length") is None:
-            yield SchemaIssue(
-                ("dataset",),
-                "SC002",
-                f"dataset.seq_length is missing; {value_repr(dataset.get('_target_'))} requires it (no default)",
-                Severity.ERROR,
-                "set dataset.seq_length (usually equal to model.seq_length)",
-            )
+    if not isinstance(dataset, dict) or dataset.get("_target_") is None:
+        return
+    target = dataset.get("_target_")
+    if dataset.get("seq_length") is None and dataset.get("sequence_length") is None:
+        yield SchemaIssue(
+            ("dataset",),
+            "SC002",
+            f"dataset.seq_length is missing; {value_repr(target)} requires it (no default)",
+            Severity.ERROR,
+            "set dataset.seq_length (usually equal to model.seq_length)",
+        )
+    if isinstance(target, str) and "energon" in target.rsplit(".", 1)[-1].lower():
+        for key in ENERGON_REQUIRED:  # EnergonDatasetConfig declares these without defaults
+            if dataset.get(key) is None:
+                msg = f"dataset.{key} is missing; {value_repr(target)} requires it (no default)"
+                yield SchemaIssue(("dataset",), "SC002", msg, Severity.ERROR)
 
 
 def _check_family(config: dict[str, Any]) -> Iterator[SchemaIssue]:

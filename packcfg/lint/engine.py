@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,25 +68,6 @@ def rules() -> dict[str, Rule]:
 
 
 _rules = rules
-
-
-def _stage(module: str, name: str) -> Callable[..., Any] | None:
-    """A pipeline stage from the schema/rules side; None only while that module is not in this checkout."""
-    import importlib
-
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name == module:
-            return None
-        raise
-    return getattr(mod, name)
-
-
-def _context_fields() -> set[str]:
-    from packcfg.lint.context import RuleContext
-
-    return {f.name for f in fields(RuleContext)}
 
 
 def _suppressions(doc: YamlDocument) -> dict[int, set[str]]:
@@ -163,8 +144,9 @@ def _lint(
             )
         )
     elif located.ok:
-        ran = True
-        found.extend(_run_rules(located, rules, settings, pack_metadata, check_paths, make, crashed))
+        ruled = _run_rules(located, rules, settings, pack_metadata, check_paths, make, crashed)
+        ran = ruled is not None
+        found.extend(ruled or ())
         if loader_sc002:  # the loader already reported the out-of-range integer at that key
             found = [
                 d
@@ -187,36 +169,31 @@ def _run_rules(
     check_paths: bool,
     make: Callable[..., Diagnostic],
     crashed: Callable[[str, BaseException], None],
-) -> list[Diagnostic]:
+) -> list[Diagnostic] | None:
+    """Diagnostics of every rule; None when the pipeline could not reach the rules at all."""
+    # Imported here, not at module top: they pull in the rule side's tables only when a config is linted.
+    from packcfg.core.normalize import normalize
+    from packcfg.core.schema import validate
     from packcfg.lint.context import RuleContext
+    from packcfg.lint.facts import derive
 
     config: dict[str, Any] = located.data
     renamed: dict[tuple[str, ...], tuple[str, ...]] = {}
-    normalize = _stage("packcfg.core.normalize", "normalize")
-    if normalize is not None:
-        try:
-            normalized = normalize(config)
-            config, renamed = normalized.config, dict(normalized.renamed)
-        except Exception as exc:  # keep linting the config as written
-            crashed("normalize", exc)
+    try:
+        normalized = normalize(config)
+        config, renamed = normalized.config, dict(normalized.renamed)
+    except Exception as exc:  # keep linting the config as written
+        crashed("normalize", exc)
     schema_issues: list[Any] = []
-    validate = _stage("packcfg.core.schema", "validate")
-    if validate is not None:
-        try:
-            schema_issues = list(validate(config))
-        except Exception as exc:
-            crashed("schema validation", exc)
-    facts: Any = None
-    derive = _stage("packcfg.lint.facts", "derive")
-    if derive is not None:
-        try:
-            facts = derive(config, settings.profile)
-        except Exception as exc:
-            crashed("facts.derive", exc)
-            return []  # no rule can run without the facts
-    extra: dict[str, Any] = {}
-    if "check_paths" in _context_fields():
-        extra["check_paths"] = check_paths
+    try:
+        schema_issues = list(validate(config))
+    except Exception as exc:
+        crashed("schema validation", exc)
+    try:
+        facts = derive(config, settings.profile)
+    except Exception as exc:
+        crashed("facts.derive", exc)
+        return None  # no rule can run without the facts
     ctx = RuleContext(
         config=config,
         facts=facts,
@@ -225,7 +202,7 @@ def _run_rules(
         renamed=renamed,
         pack_metadata=pack_metadata,
         schema_issues=schema_issues,
-        **extra,
+        check_paths=check_paths,
     )
     out: list[Diagnostic] = []
     for code, rule in rules.items():

@@ -128,7 +128,7 @@ def iter_batches(
             raise PackingError(
                 f"{path}: SFT text (input/output) needs a tokenizer: pass --tokenizer PATH/tokenizer.json"
             )
-        yield from _iter_text_jsonl(path, load_tokenizer(tokenizer), batch_size)
+        yield from _tokenized_text(path, Path(tokenizer), batch_size)
     else:
         raise PackingError(f"{path}: unknown input format {fmt!r}")
 
@@ -327,6 +327,38 @@ def load_tokenizer(path: Path) -> LoadedTokenizer:
         raise PackingError(f"{path}: no end-of-sequence token (looked for {', '.join(EOS_CANDIDATES)})")
     # Bridge pads packed samples with the EOS id (its collate relies on that); keep that convention.
     return LoadedTokenizer(tok, path, int(eos), int(eos))
+
+
+# Small text sources are tokenized once per process: the trainer calls ensure_packed and then
+# tokenized_samples on the same file, and tokenizing dominates both. Keyed by both files' identity.
+_TEXT_CACHE: dict[tuple[Any, ...], list[Batch]] = {}
+_TEXT_CACHE_MAX_BYTES = 32 << 20
+
+
+def _tokenized_text(path: Path, tokenizer: Path, batch_size: int) -> Iterator[Batch]:
+    tok = load_tokenizer(tokenizer)
+    try:
+        st, tt = path.stat(), tok.path.stat()
+    except OSError as exc:
+        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if st.st_size > _TEXT_CACHE_MAX_BYTES:
+        yield from _iter_text_jsonl(path, tok, batch_size)
+        return
+    key = (
+        str(path.resolve()),
+        st.st_size,
+        st.st_mtime_ns,
+        str(tok.path.resolve()),
+        tt.st_size,
+        tt.st_mtime_ns,
+    )
+    cached = _TEXT_CACHE.get(key)
+    if cached is None:
+        cached = list(_iter_text_jsonl(path, tok, batch_size))
+        if len(_TEXT_CACHE) >= 4:
+            _TEXT_CACHE.pop(next(iter(_TEXT_CACHE)))
+        _TEXT_CACHE[key] = cached
+    yield from cached
 
 
 def _iter_text_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Iterator[Batch]:

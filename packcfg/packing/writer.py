@@ -55,17 +55,12 @@ def pack_rows(
     # the last real position of every piece predicts nothing inside it (a split piece's next token
     # belongs to the next piece; for a whole sample this is already 0)
     mask[slot_start + real - 1] = 0
-    # rows: pack boundaries in slot space
-    slot_counts = counts
-    row_slot_end = np.cumsum(slot_counts)
-    row_tok_end = np.zeros(len(packs) + 1, dtype=np.int64)
-    if len(items):
-        slot_end_tokens = np.cumsum(slot)
-        row_tok_end[1:] = np.where(row_slot_end > 0, slot_end_tokens[np.maximum(row_slot_end - 1, 0)], 0)
-    row_first_token = np.repeat(row_tok_end[:-1], slot_counts)
-    seq_starts = (slot_start - row_first_token).astype(np.int32)
+    # row boundaries: every pack holds at least one item, so its last slot ends the row
     seq_offsets = np.zeros(len(packs) + 1, dtype=np.int64)
-    seq_offsets[1:] = row_slot_end
+    np.cumsum(counts, out=seq_offsets[1:])
+    row_tok_end = np.zeros(len(packs) + 1, dtype=np.int64)
+    row_tok_end[1:] = (slot_start + slot)[seq_offsets[1:] - 1]
+    seq_starts = (slot_start - np.repeat(row_tok_end[:-1], counts)).astype(np.int32)
     return tokens, mask, row_tok_end, seq_starts, seq_offsets
 
 

@@ -177,3 +177,26 @@ def test_parallel_batches_give_the_same_result(fake_rules, tmp_path: Path, monke
     pooled = engine.lint_paths([tmp_path], settings=_only("ZZ901"), jobs=2)
     assert [d.to_dict() for d in pooled.diagnostics] == [d.to_dict() for d in serial.diagnostics]
     assert pooled.files == serial.files
+
+
+def test_a_crashing_stage_is_an_internal_error_not_a_traceback(monkeypatch, capsys) -> None:
+    import packcfg.lint.facts as facts
+
+    def broken(config, profile):
+        raise ValueError("facts broke")
+
+    monkeypatch.setattr(facts, "derive", broken)
+    diags = engine.lint_text("train:\n  micro_batch_size: 1\n  micro_batch_size: 2\n")
+    assert [d.code for d in diags] == ["SC001"]  # the loader's finding survives
+    assert "facts.derive" in capsys.readouterr().err
+
+
+def test_cli_exit_2_when_nothing_could_run(monkeypatch, tmp_path: Path, capsys) -> None:
+    import packcfg.lint.facts as facts
+    from packcfg.cli import main
+
+    monkeypatch.setattr(facts, "derive", lambda config, profile: 1 / 0)
+    cfg = tmp_path / "x.yaml"
+    cfg.write_text("train:\n  micro_batch_size: 1\n")
+    assert main(["lint", str(cfg)]) == 2
+    assert "internal error" in capsys.readouterr().err

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from packcfg.core.normalize import normalize
@@ -215,6 +215,8 @@ keys = [
 ]  # fmt: skip
 
 
+# no deadline: a loaded CI machine must not turn a slow example into a failure
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     st.dictionaries(
         st.sampled_from(sections), st.dictionaries(st.sampled_from(keys), json_values, max_size=6)

@@ -192,3 +192,51 @@ def test_fix_leaves_unparsable_files_alone(fixable, tmp_path: Path, capsys) -> N
     path.write_text("train: [\n")
     assert main(["lint", str(path), "--fix"]) == 1
     assert path.read_text() == "train: [\n"
+
+
+LEGACY = """\
+recipe:
+  name: legacy
+  family: llama
+  mode: sft
+model:
+  _target_: megatron.bridge.models.llama.llama_provider.Llama3ModelProvider
+  seq_length: 512
+  context_parallel_size: 2
+  calculate_per_token_loss: true
+  cross_entropy_loss_fusion: false
+  transformer_impl: transformer_engine
+  apply_rope_fusion: true
+dataset:
+  seq_length: 512
+  packed_sequence_specs:   # old spelling
+    packed_sequence_size: 512
+    pad_seq_to_mult: 1
+  dataset_kwargs:
+    pad_to_max_length: true
+train:
+  micro_batch_size: 1
+  global_batch_size: 8
+ddp:
+  average_in_collective: false
+"""
+
+
+def test_real_rules_fix_a_legacy_spelling_and_a_value_under_it(tmp_path: Path, capsys) -> None:
+    """DP801 renames the legacy section; CP203's edit names the normalised path, which the engine maps back
+    to the spelling in the file, so both apply in one run and the re-lint is clean."""
+    path = tmp_path / "legacy.yaml"
+    path.write_text(LEGACY)
+    before = {d.code: d for d in engine.lint_file(path)}
+    assert {"DP801", "CP203"} <= set(before)
+    assert before["CP203"].fix is not None
+    assert before["CP203"].fix.edits[0].path == ("dataset", "packed_sequence_specs", "pad_seq_to_mult")
+    assert main(["lint", str(path), "--fix"]) == 0
+    text = path.read_text()
+    assert (
+        "  offline_packing_specs:   # old spelling\n    packed_sequence_size: 512\n    pad_seq_to_mult: 4\n"
+        in text
+    )
+    assert "  enable_offline_packing: true\n" in text
+    fixable = {"PK110", "PK150", "CP203", "LS301", "LS302", "DS701", "DP801", "DP802"}
+    assert not fixable & {d.code for d in engine.lint_file(path)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from packcfg.core.normalize import normalize
@@ -98,6 +98,8 @@ values = st.recursive(
 )
 
 
+# no deadline: a loaded CI machine must not turn a slow example into a failure
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.dictionaries(st.sampled_from(["dataset", "train", "validation", "model", 1]), values, max_size=4))
 def test_normalize_is_total(raw: dict) -> None:
     before = repr(raw)

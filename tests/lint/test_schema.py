@@ -148,3 +148,18 @@ def test_experiment_model_validates_a_recipe(tiny_recipe) -> None:
     exp = Experiment.model_validate(yaml.safe_load(tiny_recipe.read_text()))
     assert exp.train.micro_batch_size == 1
     assert exp.dataset.offline_packing_specs.packed_sequence_size == 512
+
+
+def test_energon_dataset_requires_its_loader_fields() -> None:
+    issues = validate(
+        {
+            "dataset": {
+                "_target_": "megatron.bridge.data.builders.energon.EnergonDatasetConfig",
+                "seq_length": 8,
+            }
+        }
+    )
+    assert sorted(i.message.split(" is missing")[0] for i in issues) == [
+        "dataset.micro_batch_size",
+        "dataset.task_encoder",
+    ]

@@ -2,19 +2,20 @@
 Experiment (SlurmExecutor + LocalTunnel, or LocalExecutor). `nemo_run` is imported only here (inside
 the driver), never on the lint or render path.
 
-NeMo-Run keeps its files under `$NEMORUN_HOME`; packcfg points that at `<bundle>/nemo_run` so a job's
-files stay with its bundle. Slurm jobs are then followed like the `slurm` backend's (squeue/sacct).
+NeMo-Run keeps its files under `$NEMORUN_HOME`; packcfg points that at `<bundle>/nemorun` so a job's
+files stay with its bundle, and runs the driver in its own interpreter. Slurm jobs are then followed
+like the `slurm` backend's (squeue/sacct).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
+import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from packcfg.launch import LaunchError
 from packcfg.launch.backends import slurm
@@ -22,27 +23,13 @@ from packcfg.launch.bundle import DRIVER, JobBundle
 from packcfg.launch.state import CANCELLED, COMPLETED, FAILED, PENDING, UNKNOWN, JobRecord
 
 EXECUTORS = ("slurm", "local")
+# Not "nemo_run": NeMo-Run rewrites every "/nemo_run" in its paths (its in-container run dir name).
+NEMORUN_HOME = "nemorun"
 
 
-def _load_driver(bundle_dir: Path) -> Any:
-    path = bundle_dir / DRIVER
-    name = f"packcfg_nemo_run_driver_{abs(hash(str(path)))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise LaunchError(f"{path}: cannot load the NeMo-Run driver")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _import_nemo_run() -> Any:
-    try:
-        import nemo_run
-    except ImportError as exc:
-        raise LaunchError(
-            f"the nemo-run backend needs NeMo-Run: pip install 'packcfg[nemo-run]' ({exc})"
-        ) from None
-    return nemo_run
+def _check_nemo_run() -> None:
+    if importlib.util.find_spec("nemo_run") is None:
+        raise LaunchError("the nemo-run backend needs NeMo-Run: pip install 'packcfg[nemo-run]'")
 
 
 class NemoRunBackend:
@@ -57,24 +44,37 @@ class NemoRunBackend:
         return [["python3", str(bundle_dir / DRIVER), "--executor", self.executor]]
 
     def submit(self, bundle_dir: Path, bundle: JobBundle, record: JobRecord) -> None:
-        run = _import_nemo_run()
-        home = bundle_dir / "nemo_run"
-        home.mkdir(exist_ok=True)
-        run.config.set_nemorun_home(str(home))
-        driver = _load_driver(bundle_dir)
-        console = io.StringIO()
+        _check_nemo_run()
+        logs = bundle_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        result_file = logs / "nemo_run_result.json"
+        # The driver runs in its own interpreter: NeMo-Run reads NEMORUN_HOME into module constants at
+        # import time, so it must be set before `import nemo_run`, and its global state stays out of ours.
+        env = {**os.environ, "NEMORUN_HOME": str(bundle_dir / NEMORUN_HOME)}
+        cmd = [sys.executable, DRIVER, "--executor", self.executor, "--result", str(result_file)]
+        # A LocalExecutor task runs to completion inside the driver; a Slurm submission takes seconds.
+        timeout = None if self.executor == "local" else 300
         try:
-            # NeMo-Run prints rich progress; keep it in a log file of the bundle instead of the terminal.
-            with contextlib.redirect_stdout(console):
-                result = driver.submit(self.executor)
-        except Exception as exc:  # NeMo-Run raises many types; the user needs one line and the log
-            (bundle_dir / "logs").mkdir(exist_ok=True)
-            (bundle_dir / "logs" / "nemo_run_submit.log").write_text(console.getvalue())
-            raise LaunchError(f"NeMo-Run could not submit: {exc.__class__.__name__}: {exc}") from None
-        finally:
-            sys.stdout.flush()
-        (bundle_dir / "logs").mkdir(exist_ok=True)
-        (bundle_dir / "logs" / "nemo_run_submit.log").write_text(console.getvalue())
+            with open(logs / "nemo_run_submit.log", "wb") as out:
+                proc = subprocess.run(
+                    cmd,
+                    cwd=bundle_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout,
+                    check=False,
+                )
+        except subprocess.TimeoutExpired:
+            raise LaunchError(
+                f"NeMo-Run did not submit within {timeout} s (see {logs / 'nemo_run_submit.log'})"
+            ) from None
+        if proc.returncode != 0 or not result_file.is_file():
+            raise LaunchError(
+                f"NeMo-Run could not submit (exit {proc.returncode}); see {logs / 'nemo_run_submit.log'}"
+            )
+        result = json.loads(result_file.read_text())
         record.extra.update(
             {
                 "executor": self.executor,
@@ -83,7 +83,7 @@ class NemoRunBackend:
                 "handle": result.get("handle"),
             }
         )
-        record.submit_command = [" ".join(self.plan(bundle_dir, bundle)[0])]
+        record.submit_command = [" ".join(["python3", DRIVER, "--executor", self.executor])]
         if self.executor == "slurm":
             match = re.search(r"(\d+)\s*$", str(result.get("handle") or ""))
             if not match:
@@ -95,9 +95,9 @@ class NemoRunBackend:
             state = str(result.get("state") or "")
             record.native_id = str(result.get("experiment_id"))
             record.native_state = state
-            record.status = COMPLETED if state == "SUCCEEDED" else FAILED if state else UNKNOWN
-            if state in ("CANCELLED",):
-                record.status = CANCELLED
+            record.status = {"SUCCEEDED": COMPLETED, "CANCELLED": CANCELLED}.get(
+                state, FAILED if state else UNKNOWN
+            )
         record.log_paths = [str(p) for p in self.log_paths(record)]
 
     def refresh(self, record: JobRecord) -> None:

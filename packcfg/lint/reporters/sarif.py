@@ -18,8 +18,9 @@ from packcfg.core.config import is_override_source
 from packcfg.core.diagnostics import Diagnostic
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
-HELP_URI = "https://github.com/packcfg/packcfg/blob/main/docs/lint.md#{code}"
+# Placeholders until the project has a public home: SARIF wants absolute URIs for the tool and its rules.
 INFORMATION_URI = "https://github.com/packcfg/packcfg"
+HELP_URI = INFORMATION_URI + "/blob/main/docs/lint.md#{code}"
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 

@@ -8,7 +8,7 @@ from packcfg.core.diagnostics import Severity
 from packcfg.lint.context import RuleContext
 from packcfg.lint.registry import Finding, RuleDocs, rule
 from packcfg.lint.rules._examples import after, edit
-from packcfg.lint.rules._helpers import spec_path
+from packcfg.lint.rules._helpers import is_pos_int, spec_path
 
 UNPADDED = edit(("  dataset_kwargs:\n    pad_to_max_length: true\n", ""))
 PADDED_CU = edit(
@@ -166,13 +166,15 @@ def cg505(ctx: RuleContext) -> Iterator[Finding]:
     f = ctx.facts
     if not f.packing or f.is_moe is not True or f.cuda_graph_impl != "transformer_engine":
         return
-    if (
-        f.pad_seq_to_mult is not None
-        and f.pad_seq_to_mult > 1
-        and any("moe_router" in m for m in f.cuda_graph_modules)
-    ):
+    # the packed padding multiple: offline specs' pad_seq_to_mult, or in-batch packing's own multiple
+    if f.packing_mode == "in_batch":
+        key = "in_batch_packing_pad_to_multiple_of"
+        mult = ctx.get(("dataset", key), 1)
+    else:
+        key, mult = "pad_seq_to_mult", f.pad_seq_to_mult
+    if is_pos_int(mult) and mult > 1 and any("moe_router" in m for m in f.cuda_graph_modules):
         yield Finding(
-            f"MoE with pad_seq_to_mult {f.pad_seq_to_mult} (packed padding mask) and moe_router CUDA graphs fails",
+            f"MoE with {key} {mult} (packed padding mask) and moe_router CUDA graphs fails",
             at=("model", "cuda_graph_modules")
             if ctx.has(("model", "cuda_graph_modules"))
             else ("model", "cuda_graph_scope"),

@@ -65,21 +65,35 @@ def pl602(ctx: RuleContext) -> Iterator[Finding]:
                 f"global_batch_size {f.gbs} is not a positive multiple of micro_batch_size x DP = {f.mbs} x {f.dp} = {step}",
                 at=("train", "global_batch_size"),
             )
-    if f.eval_gbs is not None:
-        eval_cp = f.eval_cp or f.cp
-        eval_mbs = f.eval_mbs or f.mbs
-        if eval_cp is None or eval_mbs is None:
-            return
-        mp = f.tp * f.pp * eval_cp  # type: ignore[operator]
-        if f.world % mp:
-            return
-        step = eval_mbs * (f.world // mp)
-        if f.eval_gbs % step or f.eval_gbs < step:
-            yield Finding(
-                f"evaluation global batch size {f.eval_gbs} is not a positive multiple of eval micro-batch x eval DP "
-                f"= {eval_mbs} x {f.world // mp} = {step}",
-                at=("validation", "eval_global_batch_size"),
-            )
+    # Evaluation: Bridge falls back to the training sizes for what is not set; check when any is set.
+    if f.eval_gbs is None and f.eval_mbs is None and f.eval_cp is None:
+        return
+    eval_gbs, eval_mbs, eval_cp = f.eval_gbs or f.gbs, f.eval_mbs or f.mbs, f.eval_cp or f.cp
+    if eval_gbs is None or eval_mbs is None or eval_cp is None:
+        return
+    mp = f.tp * f.pp * eval_cp  # type: ignore[operator]
+    if f.world % mp:
+        return  # PL601's concern (for the evaluation CP)
+    eval_dp = f.world // mp
+    step = eval_mbs * eval_dp
+    if eval_gbs % step or eval_gbs < step:
+        at = next(
+            (
+                p
+                for p in (
+                    ("validation", "eval_global_batch_size"),
+                    ("validation", "eval_micro_batch_size"),
+                    ("dist", "eval_context_parallel_size"),
+                )
+                if ctx.has(p)
+            ),
+            ("validation", "eval_global_batch_size"),
+        )
+        yield Finding(
+            f"evaluation global batch size {eval_gbs} is not a positive multiple of eval micro-batch x eval DP "
+            f"= {eval_mbs} x {eval_dp} = {step}",
+            at=at,
+        )
 
 
 @rule(
