@@ -226,11 +226,14 @@ def load_document(path: str | Path, display_name: str | None = None) -> YamlDocu
 
 def merge_documents(documents: Sequence[YamlDocument], overrides: Sequence[str] = ()) -> LocatedConfig:
     """Merge loaded documents in order, then apply `-o` overrides (ConfigError for a malformed one)."""
-    merged: dict[str, Any] = {}
-    tree: PositionTree = {}
-    for doc in documents:
-        if doc.data is not None:
-            merged = deep_merge(merged, doc.data, positions=tree, update_positions=doc.positions)
+    loaded = [doc for doc in documents if doc.data is not None]
+    if len(loaded) == 1 and not overrides:
+        # The common lint case, one file: nothing to merge, so no copy (lint never mutates the data).
+        merged, tree = loaded[0].data or {}, dict(loaded[0].positions)
+    else:
+        merged, tree = {}, {}
+        for doc in loaded:
+            merged = deep_merge(merged, doc.data or {}, positions=tree, update_positions=doc.positions)
     for text in overrides:
         key, value = parse_override(text)
         set_path(merged, key, value, positions=tree, position=Position(override_source(text), 1, 1))

@@ -31,6 +31,7 @@ SCRIPTS = ("torchrun.sh", "sbatch.sh", "pack.sbatch.sh")
 DRIVER = "nemo_run_driver.py"
 LAUNCHER = "launchers/train.py"
 MANIFEST_VERSION = 1
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `packcfg` package folder
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,14 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def git_commit(path: Path) -> str | None:
-    """The commit of the git checkout holding `path`, or None when it is not in one."""
+def git_commit(path: Path, *, toplevel: Path | None = None) -> str | None:
+    """The commit of the git checkout holding `path`, or None when it is not in one (or, with
+    `toplevel`, when the checkout's root is not that folder: an installed packcfg inside some other
+    repository's virtualenv must not report that repository's commit)."""
     folder = path if path.is_dir() else path.parent
     try:
         out = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "--verify", "-q", "HEAD"],
+            ["git", "-C", str(folder), "rev-parse", "--show-toplevel", "--verify", "-q", "HEAD"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -114,8 +117,13 @@ def git_commit(path: Path) -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    commit = out.stdout.strip()
-    return commit if out.returncode == 0 and commit else None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2:
+        return None
+    root, commit = lines
+    if toplevel is not None and Path(root).resolve() != toplevel.resolve():
+        return None
+    return commit
 
 
 def packed_data_path(config: Mapping[str, Any]) -> str | None:
@@ -193,6 +201,19 @@ def slurm_options(spec: LaunchSpec) -> dict[str, Any]:
     return options
 
 
+def container_args(spec: LaunchSpec) -> list[str]:
+    """srun's pyxis flags, each one shell word (quoted here); the bundle is mounted at its own path
+    because the job runs from it."""
+    if not spec.container_image:
+        return []
+    mounts = shlex.quote(",".join(spec.mounts) + ",") if spec.mounts else ""
+    return [
+        f"--container-image={shlex.quote(spec.container_image)}",
+        f'--container-mounts={mounts}"$PWD:$PWD"',
+        '--container-workdir="$PWD"',
+    ]
+
+
 def render_bundle(
     config: dict[str, Any],
     *,
@@ -218,6 +239,7 @@ def render_bundle(
         "spec": spec,
         "packed_data": packed,
         "slurm_options": slurm_options(spec),
+        "container_args": container_args(spec),
     }
     files: dict[str, bytes] = {}
     files["config.yaml"] = yaml.safe_dump(config, sort_keys=False, allow_unicode=True).encode("utf-8")
@@ -241,7 +263,7 @@ def render_bundle(
         "backend": spec.backend,
         "sources": {"files": [str(p) for p in source_paths], "overrides": list(overrides)},
         "git": {
-            "packcfg": git_commit(Path(__file__).resolve().parent),
+            "packcfg": git_commit(_PACKAGE_ROOT, toplevel=_PACKAGE_ROOT.parent),
             "config": git_commit(source_paths[0]) if source_paths else None,
         },
         "gate": {

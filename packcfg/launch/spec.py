@@ -32,7 +32,10 @@ _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@#+-]*\Z")
 # One `src:dst[:flags]` mount for pyxis; commas separate mounts, so none inside one.
 _MOUNT = re.compile(r"[A-Za-z0-9._/@+=-]+(:[A-Za-z0-9._/@+=-]+){0,2}\Z")
 # Keys whose literal values are credentials: they must be passed by name instead.
-_SECRET_KEY = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+# Whole `_`-separated words, so HF_TOKEN is one and TOKENIZERS_PARALLELISM is not.
+_SECRET_KEY = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I
+)
 
 
 @dataclass(frozen=True)

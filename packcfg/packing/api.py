@@ -261,9 +261,9 @@ def pack_dataset(
 ) -> PackedData:
     """Pack `settings.source` into `settings.output` + metadata unless an up-to-date result exists."""
     if not force:
-        entry = up_to_date(settings)
-        if entry is not None:
-            return PackedData(settings.output, settings.metadata, entry, created=False)
+        existing = up_to_date(settings)
+        if existing is not None:
+            return PackedData(settings.output, settings.metadata, existing, created=False)
     fmt = detect_format(settings.source)
     tokenizer = _tokenizer_for(settings, fmt)
     pad_id = settings.pad_id

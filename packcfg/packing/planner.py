@@ -171,6 +171,8 @@ def plan(
     """
     if algorithm not in ALGORITHMS:
         raise PlanError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    if pairs is False:
+        pairs = None
     capacity = _positive_int(capacity, "capacity")
     align = _positive_int(align, "align")
     if max_per_pack is not None:
@@ -533,8 +535,11 @@ def _first_fit(a: np.ndarray, idx: np.ndarray, capacity: int, max_per_pack: int 
     """
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
     n = len(idx)
+    # any fit opens a pack only when no open pack fits, so without a count limit two packs together
+    # always overflow: packs <= 2 * LB + 1. A tree sized for that is shallower than one sized for n.
+    bound = n if max_per_pack is not None else min(n, 2 * (-(-int(a.sum()) // capacity)) + 1)
     size = 1
-    while size < max(n, 1):
+    while size < max(bound, 1):
         size *= 2
     tree = [-1] * (2 * size)  # leaf = remaining capacity of an open pack (or -1: not open / full by count)
     remaining: list[int] = []
@@ -543,18 +548,6 @@ def _first_fit(a: np.ndarray, idx: np.ndarray, capacity: int, max_per_pack: int 
     seq = a[idx].tolist()
     ids = idx.tolist()
 
-    def set_leaf(p: int, value: int) -> None:
-        i = p + size
-        tree[i] = value
-        i >>= 1
-        while i:
-            left, right = tree[2 * i], tree[2 * i + 1]
-            best = left if left >= right else right
-            if tree[i] == best:
-                break
-            tree[i] = best
-            i >>= 1
-
     pos = 0
     while pos < n:
         length = seq[pos]
@@ -562,24 +555,52 @@ def _first_fit(a: np.ndarray, idx: np.ndarray, capacity: int, max_per_pack: int 
         while run_end < n and seq[run_end] == length:
             run_end += 1
         while pos < run_end:
-            if tree[1] >= length:
+            if tree[1] >= length:  # descend to the leftmost leaf with room (hot loop: kept minimal)
                 i = 1
                 while i < size:
-                    i = 2 * i if tree[2 * i] >= length else 2 * i + 1
+                    i <<= 1
+                    if tree[i] < length:
+                        i += 1
                 p = i - size
             else:
                 p = len(remaining)
+                if p == size:  # more packs than the bound foresaw: double the tree (never in theory)
+                    size *= 2
+                    tree = _max_tree(remaining, counts, k_max, size)
                 remaining.append(capacity)
                 counts.append(0)
                 members.append([])
             room = remaining[p] // length if length else run_end - pos
             q = min(room, k_max - counts[p], run_end - pos)
-            members[p].extend(ids[pos : pos + q])
-            remaining[p] -= q * length
+            if q == 1:
+                members[p].append(ids[pos])
+            else:
+                members[p].extend(ids[pos : pos + q])
+            left = remaining[p] - q * length
+            remaining[p] = left
             counts[p] += q
             pos += q
-            set_leaf(p, remaining[p] if counts[p] < k_max else -1)
+            # update the leaf and its ancestors; stop as soon as an ancestor's max is unchanged
+            i = p + size
+            tree[i] = left if counts[p] < k_max else -1
+            i >>= 1
+            while i:
+                x, y = tree[2 * i], tree[2 * i + 1]
+                best = x if x >= y else y
+                if tree[i] == best:
+                    break
+                tree[i] = best
+                i >>= 1
     return _from_groups([np.asarray(m, dtype=np.int64) for m in members])
+
+
+def _max_tree(remaining: list[int], counts: list[int], k_max: int, size: int) -> list[int]:
+    tree = [-1] * (2 * size)
+    for p, (r, c) in enumerate(zip(remaining, counts, strict=True)):
+        tree[size + p] = r if c < k_max else -1
+    for i in range(size - 1, 0, -1):
+        tree[i] = max(tree[2 * i], tree[2 * i + 1])
+    return tree
 
 
 # --------------------------------------------------------------------------------------------- in order

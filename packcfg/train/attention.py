@@ -175,25 +175,35 @@ class PackedCoreAttention(MegatronModule):
             cos, sin = self.rope.cos_sin(params.position_ids)
             query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
         key, value = _expand_groups(key, heads, 1), _expand_groups(value, heads, 1)
-        cu_q = params.cu_seqlens_list
-        assert cu_q is not None
         if params.kv_gather_index is not None:
             return self._thd_context_parallel(query, key, value, params)
-        # [h, T, d] once, so each sample is a cheap slice along T.
-        q, k, v = (t.transpose(0, 1) for t in (query, key, value))
-        outs = [
-            F.scaled_dot_product_attention(
-                q[:, a:b],
-                k[:, a:b],
-                v[:, a:b],
-                is_causal=True,
-                dropout_p=self._dropout_p(),
-                scale=self.softmax_scale,
-            )
-            for a, b in zip(cu_q[:-1], cu_q[1:], strict=True)
-            if b > a
-        ]
-        return torch.cat(outs, dim=1).transpose(0, 1).reshape(total, heads * self.head_dim)
+        assert params.cu_seqlens_list is not None
+        lengths = _lengths(params.cu_seqlens_list)
+        # torch.split, not slicing: its backward is one concatenation, where per-slice backward would
+        # materialise a full-size zero gradient per sample.
+        qs, ks, vs = (torch.split(t, lengths) for t in (query, key, value))
+        outs: list[Tensor] = [query.new_empty(0, heads, self.head_dim)] * len(lengths)
+        # Samples of equal length share one batched kernel call (as padding would batch them).
+        for members in _same_length_groups(lengths):
+            q, k, v = (_batch([parts[i] for i in members]) for parts in (qs, ks, vs))
+            for i, out in zip(members, self._sdpa(q, k, v, causal=True), strict=True):
+                outs[i] = out
+        return torch.cat(outs).reshape(total, heads * self.head_dim)
+
+    def _sdpa(
+        self, q: Tensor, k: Tensor, v: Tensor, causal: bool = False, mask: Tensor | None = None
+    ) -> Tensor:
+        """Attention on `[g, L, h, d]` (g samples of length L); returns the same layout."""
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=mask,
+            is_causal=causal,
+            dropout_p=self._dropout_p(),
+            scale=self.softmax_scale,
+        )
+        return out.transpose(1, 2)
 
     def _thd_context_parallel(self, query: Tensor, key: Tensor, value: Tensor, params: ThdParams) -> Tensor:
         """CP on CPU: gather every rank's keys/values, restore each sample's global order, and let each
@@ -205,22 +215,30 @@ class PackedCoreAttention(MegatronModule):
         assert cu_q is not None
         k_all = gather_context_parallel(key, params.cp_group).flatten(0, 1)[params.kv_gather_index]
         v_all = gather_context_parallel(value, params.cp_group).flatten(0, 1)[params.kv_gather_index]
-        q, k, v = (t.transpose(0, 1) for t in (query, k_all, v_all))
+        q_parts = torch.split(query, _lengths(cu_q))
+        index_parts = torch.split(params.index_in_sample, _lengths(cu_q))
+        k_parts, v_parts = (torch.split(t, _lengths(cu_kv)) for t in (k_all, v_all))
         outs = []
-        for i in range(len(cu_q) - 1):
-            qa, qb, ka, kb = cu_q[i], cu_q[i + 1], cu_kv[i], cu_kv[i + 1]
-            if qb == qa:
-                continue
-            q_pos = params.index_in_sample[qa:qb]
-            allowed = torch.arange(kb - ka, device=q.device).unsqueeze(0) <= q_pos.unsqueeze(1)
-            outs.append(
-                F.scaled_dot_product_attention(
-                    q[:, qa:qb],
-                    k[:, ka:kb],
-                    v[:, ka:kb],
-                    attn_mask=allowed,
-                    dropout_p=self._dropout_p(),
-                    scale=self.softmax_scale,
-                )
-            )
-        return torch.cat(outs, dim=1).transpose(0, 1).reshape(total, heads * self.head_dim)
+        for q, slot, k, v in zip(q_parts, index_parts, k_parts, v_parts, strict=True):
+            if q.shape[0]:
+                allowed = torch.arange(k.shape[0], device=q.device).unsqueeze(0) <= slot.unsqueeze(1)
+                outs.append(self._sdpa(q[None], k[None], v[None], mask=allowed)[0])
+        return torch.cat(outs).reshape(total, heads * self.head_dim)
+
+
+def _lengths(cu_seqlens: list[int]) -> list[int]:
+    return [b - a for a, b in zip(cu_seqlens[:-1], cu_seqlens[1:], strict=True)]
+
+
+def _same_length_groups(lengths: list[int]) -> list[list[int]]:
+    """Sample indices grouped by length (empty samples left out)."""
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        if n:
+            groups.setdefault(n, []).append(i)
+    return list(groups.values())
+
+
+def _batch(parts: list[Tensor]) -> Tensor:
+    """`[g, L, h, d]` from g equal-length samples; a lone sample is a view, not a copy."""
+    return parts[0].unsqueeze(0) if len(parts) == 1 else torch.stack(parts)

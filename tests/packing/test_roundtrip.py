@@ -242,3 +242,16 @@ def test_dpo_pairs_are_adjacent_in_the_packed_rows(tmp_path):
         assert len(firsts) % 2 == 0
         assert all(firsts[j] == firsts[j + 1] for j in range(0, len(firsts), 2))
     assert verify_packed(res.train_path, source=src).ok
+
+
+def test_bundled_pretokenized_sample_matches_the_text_pipeline(tmp_path, sample_sft):
+    """tokenized.jsonl (input_ids + answer_start_idx) packs to the same slots as its SFT text."""
+    pre = sample_sft / "tokenized.jsonl"
+    res = pack_dataset(settings(tmp_path, pre, capacity=512), progress=False)
+    text = spool(sample_sft / "training.jsonl", sample_sft / "tokenizer.json")
+    n = len(pre.read_text().splitlines())
+    want = Counter()
+    for i in range(n):
+        ids, mask = text.sample(i)
+        want[(tuple(ids.tolist()), tuple(mask.tolist()))] += 1
+    assert unpacked(res.train_path) == want

@@ -123,12 +123,22 @@ def run_case(case: str, variants: list[str]) -> dict[str, Any]:
     results = {}
     with distributed(tp=settings.model.tp, cp=settings.model.cp) as layout:
         model = build_model(settings.model, settings.seed)
-        plan = BatchPlan(_Packs(packs), settings.data, settings.micro_batch_size, settings.global_batch_size, layout.dp, layout.dp_rank)
+        plan = BatchPlan(
+            _Packs(packs),
+            settings.data,
+            settings.micro_batch_size,
+            settings.global_batch_size,
+            layout.dp,
+            layout.dp_rank,
+        )
         for variant in variants:
             faults = Faults.from_names([] if variant == "none" else [variant])
             batches = plan.micro_batches(0, faults)
             if layout.cp > 1:
-                batches = [split_for_context_parallel(b, layout.cp, layout.cp_rank, context_group(), faults) for b in batches]
+                batches = [
+                    split_for_context_parallel(b, layout.cp, layout.cp_rank, context_group(), faults)
+                    for b in batches
+                ]
             results[variant] = loss_and_grads(model, batches, faults)
     return results
 

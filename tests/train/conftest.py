@@ -34,7 +34,9 @@ def tiny_world() -> Iterator[tuple[object, object]]:
             yield build_model(settings.model, settings.seed), settings
 
 
-def run_torchrun(args: list[str], nproc: int = 2, timeout: int = TORCHRUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+def run_torchrun(
+    args: list[str], nproc: int = 2, timeout: int = TORCHRUN_TIMEOUT_S
+) -> subprocess.CompletedProcess:
     """`python -m torch.distributed.run` on a free port; a failure shows the children's output."""
     from packcfg.train.parallel import free_port
 
@@ -49,5 +51,7 @@ def run_torchrun(args: list[str], nproc: int = 2, timeout: int = TORCHRUN_TIMEOU
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"torchrun timed out after {timeout}s: {' '.join(cmd)}\n{exc.stdout}\n{exc.stderr}")
     if proc.returncode != 0:
-        pytest.fail(f"torchrun failed ({proc.returncode}): {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        pytest.fail(
+            f"torchrun failed ({proc.returncode}): {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
     return proc

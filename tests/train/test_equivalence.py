@@ -13,15 +13,17 @@ import torch
 from packcfg.train.batches import Faults, pack_thd, pad_batch
 from packcfg.train.data import build_micro_batch
 from packcfg.train.equivalence import compare, loss_and_grads
-from packcfg.train.settings import DataSettings
+from packcfg.train.settings import Batching, DataSettings
 from tests.train.cases import PARALLEL_CASES, greedy_packs, run_case, synthetic_samples
 from tests.train.conftest import run_torchrun
 
 SAMPLES = synthetic_samples(10, seed=1)
 
 
-def _data(batching: str, pad_to_max_length: bool = False) -> DataSettings:
-    return DataSettings(batching=batching, seq_length=64, pack_size=64, pad_to_max_length=pad_to_max_length, seed=0)  # type: ignore[arg-type]
+def _data(batching: Batching, pad_to_max_length: bool = False) -> DataSettings:
+    return DataSettings(
+        batching=batching, seq_length=64, pack_size=64, pad_to_max_length=pad_to_max_length, seed=0
+    )
 
 
 # ---- 1. packed THD batch vs the same samples one by one, unpacked
@@ -77,8 +79,12 @@ def test_in_batch_offline_and_padded_agree(tiny_world):
         assert compare(reference, loss_and_grads(model, batches)) == [], name
     # The layouts differ in padding, not in real tokens.
     layouts = _layouts(Faults())
-    assert {sum(b.real_tokens for b in v) for v in layouts.values()} == {sum(s.runtime_length for s in SAMPLES)}
-    assert sum(b.padded_tokens for b in layouts["padded_to_seq_length"]) > sum(b.padded_tokens for b in layouts["offline"])
+    assert {sum(b.real_tokens for b in v) for v in layouts.values()} == {
+        sum(s.runtime_length for s in SAMPLES)
+    }
+    assert sum(b.padded_tokens for b in layouts["padded_to_seq_length"]) > sum(
+        b.padded_tokens for b in layouts["offline"]
+    )
 
 
 def test_per_microbatch_loss_mean_control_breaks(tiny_world):

@@ -34,7 +34,9 @@ def _config(tmp_path, iters: int, **checkpoint):
 
 
 def _run(config, packed_file, out, **options):
-    return train(config, TrainOptions(units=PackedParquet(packed_file), output_dir=out, progress=False, **options))
+    return train(
+        config, TrainOptions(units=PackedParquet(packed_file), output_dir=out, progress=False, **options)
+    )
 
 
 # ---- 6. save at step k and resume vs an uninterrupted run
@@ -57,13 +59,26 @@ def test_resume_continues_the_exact_loss_curve(tmp_path, packed_file, uninterrup
     metrics = read_metrics(tmp_path / "out" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
     assert [m["loss"] for m in metrics] == uninterrupted.losses
-    assert set(metrics[0]) >= {"step", "loss", "lr", "grad_norm", "real_tokens", "padded_tokens", "tokens_per_s", "step_time"}
+    assert set(metrics[0]) >= {
+        "step",
+        "loss",
+        "lr",
+        "grad_norm",
+        "real_tokens",
+        "padded_tokens",
+        "tokens_per_s",
+        "step_time",
+    }
 
 
 def test_resume_control_replaying_data_breaks_the_curve(tmp_path, packed_file, uninterrupted):
     _run(_config(tmp_path, SAVE_AT), packed_file, tmp_path / "out")
     resumed = _run(
-        _config(tmp_path, STEPS), packed_file, tmp_path / "out", resume=True, faults=Faults(resume_data_from_start=True)
+        _config(tmp_path, STEPS),
+        packed_file,
+        tmp_path / "out",
+        resume=True,
+        faults=Faults(resume_data_from_start=True),
     )
     assert resumed.losses != uninterrupted.losses[SAVE_AT:]
 
@@ -72,7 +87,10 @@ def test_checkpoint_is_complete_and_atomic(tmp_path, packed_file):
     _run(_config(tmp_path, SAVE_AT), packed_file, tmp_path / "out")
     root = tmp_path / "ckpt"
     assert (root / "latest_checkpointed_iteration.txt").read_text().strip() == str(SAVE_AT)
-    assert sorted(p.name for p in (root / f"iter_{SAVE_AT:07d}").iterdir()) == ["model_optim_tp00.pt", "rng_rank00000.pt"]
+    assert sorted(p.name for p in (root / f"iter_{SAVE_AT:07d}").iterdir()) == [
+        "model_optim_tp00.pt",
+        "rng_rank00000.pt",
+    ]
     assert not list(root.glob(".tmp*"))
 
 
@@ -80,7 +98,9 @@ def test_pretrained_checkpoint_gives_initial_weights(tmp_path, packed_file, unin
     _run(_config(tmp_path, SAVE_AT), packed_file, tmp_path / "a")
     fresh = _run(_config(tmp_path / "b", 1), packed_file, tmp_path / "b" / "out")
     warm = _run(
-        _config(tmp_path / "c", 1, pretrained_checkpoint=str(tmp_path / "ckpt")), packed_file, tmp_path / "c" / "out"
+        _config(tmp_path / "c", 1, pretrained_checkpoint=str(tmp_path / "ckpt")),
+        packed_file,
+        tmp_path / "c" / "out",
     )
     # Same first batch; the fine-tuned start has the trained weights, so its loss is the lower.
     assert fresh.losses == uninterrupted.losses[:1]
@@ -94,7 +114,14 @@ def test_pretrained_checkpoint_gives_initial_weights(tmp_path, packed_file, unin
 @pytest.mark.torchrun
 def test_packcfg_train_tiny_recipe_reduced(tmp_path):
     recipe = REPO_ROOT / "recipes" / "tiny_cpu_sft.yaml"
-    common = ["-o", "checkpoint.save_interval=2", "-o", "scheduler.lr_decay_iters=40", "-o", "logger.log_interval=1"]
+    common = [
+        "-o",
+        "checkpoint.save_interval=2",
+        "-o",
+        "scheduler.lr_decay_iters=40",
+        "-o",
+        "logger.log_interval=1",
+    ]
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         proc = subprocess.run(

@@ -45,6 +45,10 @@ class NemoRunBackend:
 
     def submit(self, bundle_dir: Path, bundle: JobBundle, record: JobRecord) -> None:
         _check_nemo_run()
+        if "/nemo_run" in str(bundle_dir):
+            raise LaunchError(
+                f"{bundle_dir}: NeMo-Run rewrites paths containing '/nemo_run'; use another folder"
+            )
         logs = bundle_dir / "logs"
         logs.mkdir(exist_ok=True)
         result_file = logs / "nemo_run_result.json"
