@@ -32,7 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or with `only` just that subcommand (so `packcfg lint` imports only lint)."""
     parser = argparse.ArgumentParser(
         prog="packcfg",
         description="Validate, pack, launch and train packed-sequence fine-tuning on Megatron.",
@@ -40,12 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"packcfg {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if not exc.name or not module_name.startswith(exc.name):
-                raise
-            continue  # a flow not built yet in this checkout
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
+        module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=getattr(module, "DESCRIPTION", help_text))
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
@@ -53,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = build_parser(only=command)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

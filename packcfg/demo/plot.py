@@ -58,6 +58,7 @@ def render_png(
         names, rates = ["packed", "padded"], [packed_tokens_per_s, padded_tokens_per_s]
         bars = ax3.bar(names, rates, color=["#4C72B0", "#C44E52"])
         ax3.bar_label(bars, labels=[f"{r:,.0f}" for r in rates])
+        ax3.margins(y=0.15)  # room for the bar labels
         ax3.set_ylabel("real tokens / s")
         speedup = packed_tokens_per_s / padded_tokens_per_s if padded_tokens_per_s else 0.0
         ax3.set_title(f"throughput: packed {speedup:.2f}x")

@@ -80,7 +80,7 @@ def _pct(x: float) -> str:
 
 def format_text(s: dict[str, Any]) -> str:
     """The summary printed at the end of the demo (plain text, fits 110 columns)."""
-    lint, pk, tr = s["lint"], s["packing"], s["train"]
+    lint, pk, tr, t = s["lint"], s["packing"], s["train"], s["timings_s"]
     packed, padded = tr["packed"], tr["padded"]
     gap = pk["packs"] - pk["lower_bound"]
     lines = [
@@ -102,9 +102,9 @@ def format_text(s: dict[str, Any]) -> str:
         f"   ({_pct(padded['token_efficiency'])} of computed tokens real; {tr['padded_layout']})",
         f"            speedup {tr['speedup']:.2f}x real tokens/s; max |loss difference| over the run "
         f"{tr['max_abs_loss_diff']:.2e}",
-        f"  time      {s['timings_s']['total']:.1f} s (lint {s['timings_s']['lint']:.1f}, analyze "
-        f"{s['timings_s']['analyze']:.1f}, pack {s['timings_s']['pack']:.1f}, train packed "
-        f"{s['timings_s']['train_packed']:.1f}, train padded {s['timings_s']['train_padded']:.1f})",
+        f"  time      {t['total']:.1f} s (lint {t['lint']:.1f}, analyze {t['analyze']:.1f}, pack {t['pack']:.1f}, "
+        f"import torch {t['setup']:.1f}, train packed {t['train_packed']:.1f}, train padded "
+        f"{t['train_padded']:.1f}, summary {t['summary']:.1f})",
         f"  files     {s['output_dir']}/: summary.json summary.md {s['plot']} {packed['metrics']} "
         f"{padded['metrics']} {pk['packed_file']}",
     ]

@@ -165,7 +165,11 @@ def launch_spec(config: Mapping[str, Any], backend: str | None = None) -> Launch
 
     recipe = config.get("recipe") or {}
     default_name = recipe.get("name") if isinstance(recipe, Mapping) else None
-    job_name = _opt_str(section, "job_name") or (str(default_name) if default_name else "packcfg")
+    job_name = _opt_str(section, "job_name")
+    if job_name is None:
+        # Derived from recipe.name: made a safe token rather than refused (the user did not write it).
+        derived = re.sub(r"[^A-Za-z0-9._+-]", "_", str(default_name or "packcfg"))[:128]
+        job_name = derived if _SBATCH_TOKEN.match(derived) else f"job{derived}"[:128]
     if not _SBATCH_TOKEN.match(job_name):
         raise _fail(
             "job_name", job_name, "must be letters, digits and . _ + - only (it becomes an #SBATCH line)"

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from packcfg.train.optim import LrSchedule
+from packcfg.train.optim import LrSchedule, MasterWeights
 from packcfg.train.parallel import Layout
 
 LATEST = "latest_checkpointed_iteration.txt"
@@ -58,6 +58,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     schedule: LrSchedule,
     consumed_units: int,
+    master: MasterWeights | None = None,
 ) -> Path:
     """Save after `iteration` completed steps; returns the final directory."""
     final = iteration_dir(root, iteration)
@@ -75,6 +76,7 @@ def save_checkpoint(
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "schedule": schedule.state_dict(),
+                "master": master.state_dict() if master is not None else None,
             },
             tmp / f"model_optim_tp{layout.tp_rank:02d}.pt",
         )
@@ -122,12 +124,19 @@ def load_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     schedule: LrSchedule,
+    master: MasterWeights | None = None,
 ) -> Resumed:
     """Restore everything `save_checkpoint` wrote; the run continues at the saved iteration."""
     state = _model_file(directory, layout)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
+    if master is not None:
+        if state.get("master") is None:
+            raise ValueError(
+                f"{directory}: saved without bf16 master weights; resume with the same precision"
+            )
+        master.load_state_dict(state["master"])
     rng = directory / f"rng_rank{layout.rank:05d}.pt"
     if rng.is_file():  # absent when resuming on a different world size: seeds stay as set at start
         _set_rng_state(torch.load(rng, map_location="cpu", weights_only=False))

@@ -14,7 +14,7 @@ from packcfg.train.checkpoint import load_checkpoint, load_weights, resolve_chec
 from packcfg.train.data import BatchPlan, PackedParquet, SampleUnits, Units
 from packcfg.train.metrics import MetricsLog, StepMetrics, print_progress
 from packcfg.train.model import build_model, use_transformer_engine
-from packcfg.train.optim import LrSchedule, build_optimizer
+from packcfg.train.optim import LrSchedule, MasterWeights, build_optimizer
 from packcfg.train.parallel import Layout, clip_grad_norm, context_group, distributed
 from packcfg.train.settings import Batching, DataSettings, TrainSettings
 from packcfg.train.step import forward_backward
@@ -52,13 +52,18 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
     model = build_model(s.model, s.seed)
     use_te = use_transformer_engine(s.model)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(model, s.optim)
+    master = None
+    if s.model.bf16:  # bf16 model, fp32 master weights in the optimizer
+        model.bfloat16()
+        master = MasterWeights(params)
+        params = master.master_params
+    optimizer = build_optimizer(model, s.optim, params)
     schedule = LrSchedule(optimizer, s.optim)
 
     start = 0
     resume_dir = _resume_dir(s) if options.resume or s.load_dir else None
     if resume_dir is not None:
-        start = load_checkpoint(resume_dir, layout, model, optimizer, schedule).iteration
+        start = load_checkpoint(resume_dir, layout, model, optimizer, schedule, master).iteration
         _say(layout, f"resumed from {resume_dir} at step {start}")
     elif s.pretrained_dir is not None:
         pretrained = resolve_checkpoint(s.pretrained_dir)
@@ -91,15 +96,14 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
                 for mb in micro_batches
             ]
         loss, tokens = forward_backward(
-            model,
-            micro_batches,
-            faults=options.faults,
-            bf16=s.model.bf16,
-            use_te=use_te,
-            device=layout.device,
+            model, micro_batches, faults=options.faults, use_te=use_te, device=layout.device
         )
+        if master is not None:
+            master.grads_to_master()
         grad_norm = clip_grad_norm(params, s.optim.clip_grad)
         optimizer.step()
+        if master is not None:
+            master.master_to_model()
         step_time = time.perf_counter() - t0
 
         # ---- log
@@ -137,6 +141,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
                 optimizer,
                 schedule,
                 consumed_units=done * s.global_batch_size,
+                master=master,
             )
             result.checkpoints.append(path)
             _say(layout, f"saved {path}")

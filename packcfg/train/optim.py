@@ -10,12 +10,14 @@ import torch
 from packcfg.train.settings import OptimSettings
 
 
-def build_optimizer(model: torch.nn.Module, settings: OptimSettings) -> torch.optim.AdamW:
-    """AdamW; like megatron, no weight decay on biases and norm weights (1-D parameters)."""
+def build_optimizer(
+    model: torch.nn.Module, settings: OptimSettings, params: list[torch.nn.Parameter] | None = None
+) -> torch.optim.AdamW:
+    """AdamW over `params` (default: the model's; bf16 passes its fp32 master copies); like megatron,
+    no weight decay on biases and norm weights (1-D parameters)."""
     decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
+    for p in params if params is not None else [p for p in model.parameters() if p.requires_grad]:
+        (decay if p.ndim >= 2 else no_decay).append(p)
     groups = [
         {"params": decay, "weight_decay": settings.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
@@ -62,3 +64,36 @@ class LrSchedule:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
+
+
+class MasterWeights:
+    """bf16 training as megatron does it: the model holds bf16 parameters (forward and backward in
+    bf16), AdamW updates fp32 master copies, which are copied back after each step. (Autocast would
+    not do on CPU: megatron's linear layers only pin their backward's dtype under CUDA autocast.)"""
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        self.model_params = params
+        self.master_params = [torch.nn.Parameter(p.detach().float().clone()) for p in params]
+        for master, p in zip(self.master_params, params, strict=True):
+            # Carry megatron's TP attributes so TP-aware grad-norm clipping treats the copy alike.
+            for attr in ("tensor_model_parallel", "partition_dim", "partition_stride"):
+                if hasattr(p, attr):
+                    setattr(master, attr, getattr(p, attr))
+
+    def grads_to_master(self) -> None:
+        for master, p in zip(self.master_params, self.model_params, strict=True):
+            master.grad = None if p.grad is None else p.grad.float()
+
+    def master_to_model(self) -> None:
+        with torch.no_grad():
+            for master, p in zip(self.master_params, self.model_params, strict=True):
+                p.copy_(master)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"master_params": [m.detach().clone() for m in self.master_params]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            for master, saved in zip(self.master_params, state["master_params"], strict=True):
+                master.copy_(saved)
+        self.master_to_model()

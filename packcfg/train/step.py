@@ -8,7 +8,6 @@ DP x CP; TP ranks see the same tokens and are not counted twice.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
@@ -102,7 +101,6 @@ def forward_backward(
     micro_batches: Sequence[MicroBatch],
     *,
     faults: Faults = NO_FAULTS,
-    bf16: bool = False,
     use_te: bool = False,
     device: torch.device | None = None,
 ) -> tuple[float, StepTokens]:
@@ -111,14 +109,10 @@ def forward_backward(
     tokens = count_tokens(micro_batches)
     device = device or torch.device("cpu")
     denominator = max(tokens.loss_tokens, 1)
-    autocast = (
-        torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    )
     local_loss = 0.0
     for mb in micro_batches:
         mb = _to_device(mb, device)
-        with autocast:
-            losses = per_token_losses(model, mb, use_te=use_te)
+        losses = per_token_losses(model, mb, use_te=use_te)
         loss_sum = (losses.float() * mb.loss_mask).sum()
         if faults.per_microbatch_loss_mean:
             # The bug this control reproduces: each micro-batch averaged on its own, then averaged.

@@ -78,8 +78,8 @@ def test_everything_lands_in_the_output_dir(demo_run: dict[str, Any], summary: d
 
 def test_progress_and_printed_summary(demo_run: dict[str, Any], summary: dict[str, Any]) -> None:
     text = demo_run["stdout"]
-    for n in range(1, 7):
-        assert f"== [{n}/6]" in text
+    for n in range(1, 8):
+        assert f"== [{n}/7]" in text
     assert f"step     {QUICK_STEPS}/{QUICK_STEPS}" in text  # the trainer's progress lines
     assert "packcfg demo summary" in text
     assert f"speedup {summary['train']['speedup']:.2f}x" in text

@@ -74,8 +74,9 @@ def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
-def packcfg(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def packcfg(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (exit code, stdout and stderr as the user sees them)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
@@ -116,15 +117,21 @@ class Harness:
             path.write_text(_STUB.format(python=sys.executable))
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
-    def run(self, script: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, script: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         base = {
             "PATH": f"{self.bin}:/usr/bin:/bin",
             "HOME": str(self.root),
             "HARNESS_LOG": str(self.log),
         }
         return subprocess.run(
-            ["bash", str(script)], cwd=cwd or self.root, env={**base, **(env or {})},
-            capture_output=True, text=True, timeout=60,
+            ["bash", str(script)],
+            cwd=cwd or self.root,
+            env={**base, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     def calls(self) -> list[dict[str, Any]]:

@@ -37,9 +37,9 @@ def test_violation_is_refused_with_the_diagnostics(tmp_path: Path, codes: tuple[
     out = packcfg("launch", str(TINY), "-o", PACKING_OFF, "--backend", "local", "--state-dir", str(state))
     assert out.returncode == 1
     # The lint text reporter's output: file:line:col: CODE message, and the summary line.
-    assert f"tiny_cpu_sft.yaml:" in out.stdout and f" {codes[0]} " in out.stdout
+    assert "tiny_cpu_sft.yaml:" in out.stdout and f" {codes[0]} " in out.stdout
     assert "1 error" in out.stdout
-    assert "refusing to launch" in out.stderr and f"--allow" in out.stderr
+    assert "refusing to launch" in out.stderr and "--allow" in out.stderr
     assert "Traceback" not in out.stderr
     assert not state.exists()  # nothing recorded, nothing rendered
 
@@ -47,8 +47,19 @@ def test_violation_is_refused_with_the_diagnostics(tmp_path: Path, codes: tuple[
 def test_allow_proceeds_and_is_recorded(tmp_path: Path, codes: tuple[str, str]) -> None:
     bundle = tmp_path / "bundle"
     out = packcfg(
-        "launch", str(TINY), "-o", PACKING_OFF, "--backend", "local", "--allow", codes[0],
-        "--dry-run", "--bundle-dir", str(bundle), "--state-dir", str(tmp_path / "state"),
+        "launch",
+        str(TINY),
+        "-o",
+        PACKING_OFF,
+        "--backend",
+        "local",
+        "--allow",
+        codes[0],
+        "--dry-run",
+        "--bundle-dir",
+        str(bundle),
+        "--state-dir",
+        str(tmp_path / "state"),
         env={"USER": "alice"},
     )
     assert out.returncode == 0, out.stderr
@@ -64,8 +75,19 @@ def test_allow_proceeds_and_is_recorded(tmp_path: Path, codes: tuple[str, str]) 
 
 def test_allow_of_one_code_does_not_unblock_another(tmp_path: Path, codes: tuple[str, str]) -> None:
     out = packcfg(
-        "launch", str(TINY), "-o", PACKING_OFF, "-o", UNKNOWN_KEY, "--backend", "local",
-        "--allow", codes[0], "--dry-run", "--state-dir", str(tmp_path / "state"),
+        "launch",
+        str(TINY),
+        "-o",
+        PACKING_OFF,
+        "-o",
+        UNKNOWN_KEY,
+        "--backend",
+        "local",
+        "--allow",
+        codes[0],
+        "--dry-run",
+        "--state-dir",
+        str(tmp_path / "state"),
     )
     assert out.returncode == 1
     assert f"({codes[1]})" in out.stderr  # only the code still blocking is named
@@ -74,7 +96,9 @@ def test_allow_of_one_code_does_not_unblock_another(tmp_path: Path, codes: tuple
         service.gate_and_render([TINY], [PACKING_OFF, UNKNOWN_KEY], allow=[codes[0]])
     assert {d.code for d in err.value.gate.blocking} == {codes[1]}
     # Both allowed: it proceeds, and both are recorded.
-    bundle, gate = service.gate_and_render([TINY], [PACKING_OFF, UNKNOWN_KEY], allow=[codes[0], codes[1].lower()])
+    bundle, gate = service.gate_and_render(
+        [TINY], [PACKING_OFF, UNKNOWN_KEY], allow=[codes[0], codes[1].lower()]
+    )
     assert sorted(a["code"] for a in bundle.manifest["gate"]["allowed"]) == sorted(codes)
 
 
@@ -87,8 +111,17 @@ def test_allow_without_a_finding_is_not_recorded(tmp_path: Path) -> None:
 def test_render_is_gated_too(tmp_path: Path, codes: tuple[str, str]) -> None:
     out = packcfg("render", str(TINY), "--set", PACKING_OFF, "-o", str(tmp_path / "b"))
     assert out.returncode == 1 and f" {codes[0]} " in out.stdout
-    out = packcfg("render", str(TINY), "--set", PACKING_OFF, "--allow", codes[0], "-o", str(tmp_path / "b"),
-                  env={"SOURCE_DATE_EPOCH": "1700000000", "USER": "bob"})
+    out = packcfg(
+        "render",
+        str(TINY),
+        "--set",
+        PACKING_OFF,
+        "--allow",
+        codes[0],
+        "-o",
+        str(tmp_path / "b"),
+        env={"SOURCE_DATE_EPOCH": "1700000000", "USER": "bob"},
+    )
     assert out.returncode == 0, out.stderr
     (allowed,) = json.loads((tmp_path / "b" / "manifest.json").read_text())["gate"]["allowed"]
     assert (allowed["by"], allowed["at"]) == ("bob", "2023-11-14T22:13:20Z")

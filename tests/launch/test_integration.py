@@ -40,7 +40,9 @@ def assert_trained(rec: JobRecord, steps: int = 4) -> None:
 
 
 def launch_and_wait(state: Path, *args: str) -> tuple[JobRecord, str]:
-    out = packcfg("launch", str(TINY), *args, "--state-dir", str(state), "--wait", "--timeout", "540", timeout=600)
+    out = packcfg(
+        "launch", str(TINY), *args, "--state-dir", str(state), "--wait", "--timeout", "540", timeout=600
+    )
     rec = only_record(state)
     logs = packcfg("logs", rec.id, "--state-dir", str(state)).stdout
     assert out.returncode == 0, f"{out.stdout}\n{out.stderr}\n--- job logs ---\n{logs}"
@@ -59,8 +61,9 @@ def test_local_backend_trains_end_to_end(tmp_path: Path) -> None:
 
 def test_local_cancel_stops_the_process_group(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    out = packcfg("launch", str(TINY), "-o", "train.train_iters=100000", "--backend", "local",
-                  "--state-dir", str(state))
+    out = packcfg(
+        "launch", str(TINY), "-o", "train.train_iters=100000", "--backend", "local", "--state-dir", str(state)
+    )
     assert out.returncode == 0, out.stderr
     rec = only_record(state)
     out = packcfg("cancel", rec.id, "--state-dir", str(state))
@@ -88,8 +91,15 @@ def test_slurm_backend_real_job(tmp_path: Path, slurm: None) -> None:
 
 def test_slurm_cancel(tmp_path: Path, slurm: None) -> None:
     state = tmp_path / "state"
-    out = packcfg("launch", str(TINY), *overrides(*CPU, "train.train_iters=100000"), "--backend", "slurm",
-                  "--state-dir", str(state))
+    out = packcfg(
+        "launch",
+        str(TINY),
+        *overrides(*CPU, "train.train_iters=100000"),
+        "--backend",
+        "slurm",
+        "--state-dir",
+        str(state),
+    )
     assert out.returncode == 0, out.stderr
     rec = only_record(state)
     out = packcfg("cancel", rec.id, "--state-dir", str(state))
@@ -110,3 +120,11 @@ def test_nemo_run_backend_real_experiment_on_slurm(tmp_path: Path, slurm: None, 
     assert Path(rec.extra["experiment_dir"]).is_dir()
     assert_trained(rec)
     assert "world 2" in logs
+
+
+def test_nemo_run_local_executor(tmp_path: Path, nemo_run: None) -> None:
+    state = tmp_path / "state"
+    rec, logs = launch_and_wait(state, *overrides(), "--backend", "nemo-run", "--executor", "local")
+    assert rec.extra["executor"] == "local" and rec.native_state == "SUCCEEDED"
+    assert_trained(rec)
+    assert logs.count("step     4/4") == 1  # each log shown once

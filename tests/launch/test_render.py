@@ -185,7 +185,14 @@ def test_sbatch_test_only_accepts_rendered_scripts(four_node: Path, tmp_path: Pa
         assert "to start at" in out.stderr
     # The 4x8 script: sbatch parses every #SBATCH line; the resources this one-node CPU cluster does
     # not have (4 nodes, 8 GPUs, partition/account/qos) are overridden on the command line.
-    local = ["--nodes=1", "--gpus-per-node=0", "--partition=debug", "--account=", "--qos=", "--exclusive=user"]
+    local = [
+        "--nodes=1",
+        "--gpus-per-node=0",
+        "--partition=debug",
+        "--account=",
+        "--qos=",
+        "--exclusive=user",
+    ]
     out = subprocess.run(
         ["sbatch", "--test-only", *local, "sbatch.sh"], cwd=four_node, capture_output=True, text=True
     )
@@ -241,8 +248,13 @@ def test_strict_undefined_is_an_error() -> None:
     env = _environment()
     assert env.undefined is StrictUndefined
     spec = launch_spec(yaml.safe_load(TINY.read_text()))
-    context = {"version": "x", "spec": spec, "packed_data": None, "slurm_options": slurm_options(spec),
-               "container_args": []}
+    context = {
+        "version": "x",
+        "spec": spec,
+        "packed_data": None,
+        "slurm_options": slurm_options(spec),
+        "container_args": [],
+    }
     for name in ("torchrun.sh.j2", "sbatch.sh.j2", "pack.sbatch.sh.j2", "nemo_run_driver.py.j2"):
         with pytest.raises(UndefinedError, match="config_hash"):
             env.get_template(name).render(context)

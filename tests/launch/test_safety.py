@@ -61,8 +61,12 @@ def test_env_values_are_literal(index: int, tmp_path: Path, marker: Path, harnes
     directory = write(tiny_config(env={"USER_NOTE": payload}), tmp_path / "b")
     for script in ("torchrun.sh", "sbatch.sh", "pack.sbatch.sh"):
         assert subprocess_ok(["bash", "-n", str(directory / script)])
-    slurm_env = {"SLURM_SUBMIT_DIR": str(directory), "SLURM_JOB_ID": "7", "SLURM_NNODES": "1",
-                 "SLURM_JOB_NODELIST": "localhost"}
+    slurm_env = {
+        "SLURM_SUBMIT_DIR": str(directory),
+        "SLURM_JOB_ID": "7",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_NODELIST": "localhost",
+    }
     for script, env, prog in (
         ("torchrun.sh", {}, "torchrun"),
         ("sbatch.sh", slurm_env, "srun"),
@@ -100,16 +104,18 @@ def test_bundle_folder_name_is_never_evaluated(index: int, tmp_path: Path, marke
     assert result.returncode == 0, result.stderr
     assert h.calls()[-1]["cwd"] == str(directory)
     h = harness()
-    slurm_env = {"SLURM_SUBMIT_DIR": str(directory), "SLURM_JOB_ID": "7", "SLURM_NNODES": "1",
-                 "SLURM_JOB_NODELIST": "localhost"}
+    slurm_env = {
+        "SLURM_SUBMIT_DIR": str(directory),
+        "SLURM_JOB_ID": "7",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_NODELIST": "localhost",
+    }
     result = h.run(directory / "sbatch.sh", env=slurm_env)
     assert result.returncode == 0, result.stderr
     assert h.calls()[-1]["cwd"] == str(directory)
 
 
-@pytest.mark.parametrize(
-    "key", ["job_name", "partition", "account", "qos", "time", "container_image"]
-)
+@pytest.mark.parametrize("key", ["job_name", "partition", "account", "qos", "time", "container_image"])
 @pytest.mark.parametrize("index", range(len(payloads(Path("/m")))))
 def test_unquotable_values_are_refused(key: str, index: int, marker: Path) -> None:
     payload = payloads(marker)[index]
@@ -127,6 +133,13 @@ def test_mounts_and_env_names_are_refused(index: int, marker: Path) -> None:
         launch_spec(tiny_config(env={payload: "x"}))
     with pytest.raises(LaunchError, match="launch.env_from"):
         launch_spec(tiny_config(env_from=[payload]))
+
+
+def test_job_name_derived_from_recipe_name_is_made_safe(marker: Path) -> None:
+    config = tiny_config()
+    config["recipe"]["name"] = f"my run $(touch {marker})"
+    spec = launch_spec(config)
+    assert spec.job_name == ("my_run___touch_" + str(marker).replace("/", "_") + "_")[:128]
 
 
 def test_refusal_through_the_cli_is_one_line(tmp_path: Path, marker: Path) -> None:
@@ -156,7 +169,9 @@ def test_literal_secret_is_refused() -> None:
 @pytest.mark.parametrize("form", ["env_from", "reference"])
 def test_secret_passes_by_name_only(form: str, tmp_path: Path, harness) -> None:
     launch = (
-        {"env_from": ["WANDB_API_KEY"]} if form == "env_from" else {"env": {"WANDB_API_KEY": "${WANDB_API_KEY}"}}
+        {"env_from": ["WANDB_API_KEY"]}
+        if form == "env_from"
+        else {"env": {"WANDB_API_KEY": "${WANDB_API_KEY}"}}
     )
     directory = write(tiny_config(**launch), tmp_path / "b")
     text = "".join(p.read_text() for p in directory.rglob("*") if p.is_file())

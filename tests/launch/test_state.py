@@ -74,7 +74,9 @@ def test_same_config_hash_is_refused_unless_force(tmp_path: Path) -> None:
     other, _ = service.gate_and_render([TINY], ["train.train_iters=3"], backend="local")
     assert other.config_hash != bundle.config_hash
     # --force passes the check (a dry run submits nothing but shows it got past).
-    out = packcfg("launch", str(TINY), "--backend", "local", "--state-dir", str(store.root), "--force", "--dry-run")
+    out = packcfg(
+        "launch", str(TINY), "--backend", "local", "--state-dir", str(store.root), "--force", "--dry-run"
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -82,14 +84,23 @@ def test_status_logs_cancel_cli_on_records(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
     log = tmp_path / "job.log"
     log.write_text("hello from the job\n")
-    store.save(record("finished-job", status="COMPLETED", native_id="1", log_paths=[str(log)],
-                      created_at="2026-01-01T00:00:00Z"))
+    store.save(
+        record(
+            "finished-job",
+            status="COMPLETED",
+            native_id="1",
+            log_paths=[str(log)],
+            created_at="2026-01-01T00:00:00Z",
+        )
+    )
     out = packcfg("status", "--state-dir", str(tmp_path))
     assert out.returncode == 0 and "finished-job" in out.stdout and "COMPLETED" in out.stdout
     out = packcfg("status", "finished", "--json", "--state-dir", str(tmp_path))
     assert json.loads(out.stdout)["status"] == "COMPLETED"
     out = packcfg("logs", "finished-job", "--state-dir", str(tmp_path))
     assert out.stdout == "hello from the job\n"
+    out = packcfg("logs", "finished-job", "-f", "--state-dir", str(tmp_path), timeout=60)
+    assert out.returncode == 0 and out.stdout == "hello from the job\n"  # finished: prints, returns
     out = packcfg("cancel", "finished-job", "--state-dir", str(tmp_path))
     assert out.returncode == 0 and "already COMPLETED" in out.stdout
     out = packcfg("status", "nope", "--state-dir", str(tmp_path))
@@ -119,8 +130,11 @@ def test_sbatch_submits_pack_first_then_train_with_dependency(tmp_path: Path, mo
     directory = bundle.write(tmp_path / "b")
     ids = iter(["101", "102;cluster"])
     fake = FakeSlurm({})
-    monkeypatch.setattr(slurm_backend, "_run", lambda cmd, cwd=None, timeout=60: (
-        fake.calls.append((list(cmd), cwd)) or done(next(ids) + "\n")))
+    monkeypatch.setattr(
+        slurm_backend,
+        "_run",
+        lambda cmd, cwd=None, timeout=60: fake.calls.append((list(cmd), cwd)) or done(next(ids) + "\n"),
+    )
     r = record("j")
     slurm_backend.SlurmBackend().submit(directory, bundle, r)
     assert [c for c, _ in fake.calls] == [
@@ -148,7 +162,9 @@ def test_sbatch_skips_data_prep_when_packed_data_exists(tmp_path: Path, monkeypa
 def test_sbatch_failure_is_one_line_and_cancels_the_pack_job(tmp_path: Path, monkeypatch) -> None:
     bundle, _ = service.gate_and_render([TINY], [], backend="slurm")
     directory = bundle.write(tmp_path / "b")
-    answers = iter([done("55\n"), done("", 1, "sbatch: error: Batch job submission failed: Invalid account\n")])
+    answers = iter(
+        [done("55\n"), done("", 1, "sbatch: error: Batch job submission failed: Invalid account\n")]
+    )
     calls: list[list[str]] = []
 
     def fake(cmd, cwd=None, timeout=60):

@@ -340,3 +340,10 @@ def test_bundled_sample_data_shape(sample_sft):
     assert 1000 <= len(lengths) and lengths.max() <= 512
     assert np.median(lengths) < 100 and np.percentile(lengths, 99) > 150  # short body, long tail
     assert sum((sample_sft / f).stat().st_size for f in ("training.jsonl", "validation.jsonl")) < 4_000_000
+
+
+def test_cli_algorithm_names_match_the_planner():
+    from packcfg.packing import ALGORITHMS
+    from packcfg.packing.commands._common import ALGORITHM_NAMES
+
+    assert tuple(ALGORITHM_NAMES) == tuple(ALGORITHMS)

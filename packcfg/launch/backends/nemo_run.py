@@ -123,5 +123,10 @@ class NemoRunBackend:
             paths = sorted(
                 p for p in Path(exp_dir).rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log")
             )
+            # torchx (LocalExecutor) writes stdout.log and stderr.log, and both again in combined.log.
+            combined = {p.parent for p in paths if p.name == "combined.log"}
+            paths = [
+                p for p in paths if not (p.parent in combined and p.name in ("stdout.log", "stderr.log"))
+            ]
         submit_log = Path(record.bundle_dir) / "logs" / "nemo_run_submit.log"
         return [*paths, submit_log] if submit_log.is_file() else paths

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
+# the planner's ALGORITHMS, spelled out so that building the parser imports no numpy
+ALGORITHM_NAMES = ("bfd", "ffd", "first_fit_shuffle", "histogram", "sequential", "greedy_buffer")
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +41,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity", type=int, help="pack size in runtime tokens (default: packed_sequence_size)")
     p.add_argument("--align", type=int, help="round each sample up to a multiple (pad_seq_to_mult)")
     p.add_argument(
-        "--algorithm", help="bfd (default), ffd, first_fit_shuffle, histogram, sequential, greedy_buffer"
+        "--algorithm",
+        choices=ALGORITHM_NAMES,
+        help="packing algorithm (default bfd; see docs/packing.md)",
     )
     p.add_argument("--seed", type=int, help="seed (default: dataset.seed, else 0)")
     p.add_argument(
