@@ -92,7 +92,7 @@ def throughput_table(args: argparse.Namespace) -> list[Row]:
     settings = TrainSettings.from_config(bench_config(args.seq_length))
     model = build_model(settings.model, seed=0)
     optimizer = build_optimizer(model, settings.optim)
-    for mix in ("realistic", "uniform"):
+    for mix in args.mixes:
         rng = np.random.default_rng(0)
         lengths = length_mix(mix, args.samples, args.seq_length, rng)
         samples = make_samples(lengths, settings.model.vocab_size, rng)
@@ -106,8 +106,8 @@ def throughput_table(args: argparse.Namespace) -> list[Row]:
         layouts[f"padded to seq_length, MBS {mbs}"] = [
             pad_batch(samples[i : i + mbs], pad_to=args.seq_length) for i in range(0, len(samples), mbs)
         ]
-        for batches in layouts.values():
-            forward_backward(model, batches[:1])  # warm-up: allocator and first-call costs per shape
+        for batches in layouts.values():  # warm-up: allocator, first-call costs per shape, optimizer state
+            run_layout(model, optimizer, batches[:1])
         best = dict.fromkeys(layouts, float("inf"))
         for _ in range(args.rounds):  # interleaved, so a burst of load hits every layout alike
             for name, batches in layouts.items():
@@ -232,6 +232,12 @@ def main() -> None:
     parser.add_argument("--seq-length", type=int, default=1024)
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--mixes", nargs="+", choices=["realistic", "uniform"], default=["realistic", "uniform"]
+    )
+    parser.add_argument(
+        "--profiles", action=argparse.BooleanOptionalAction, default=True, help="RoPE/attention tables"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
     args = parser.parse_args()
@@ -244,8 +250,9 @@ def main() -> None:
     )
     with distributed():
         print_throughput(throughput_table(args))
-        rope_profile()
-        attention_profile()
+        if args.profiles:
+            rope_profile()
+            attention_profile()
 
 
 if __name__ == "__main__":

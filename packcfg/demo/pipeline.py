@@ -18,11 +18,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packcfg import __version__
 from packcfg.demo import summary as summ
 from packcfg.demo.outdir import SUMMARY_KIND, SUMMARY_NAME, OutputDirError, staged_output
+
+if TYPE_CHECKING:
+    from packcfg.train.settings import Batching
 
 DEFAULT_TRAIN_ITERS = 12  # a clear loss drop within the time budget: the padded run is what bounds the time
 QUICK_TRAIN_ITERS = 4
@@ -31,7 +34,7 @@ STAGES = 7
 # Where each part goes inside the output directory (all paths in summary.json are relative to it).
 PACKED_DATA = "data/train.parquet"
 PACKED_METADATA = "data/metadata.json"
-RUNS = ("packed", "padded")
+RUNS: tuple[Batching, ...] = ("packed", "padded")
 PLOT_NAME = "demo.png"
 
 Say = Callable[[str], None]
@@ -118,7 +121,7 @@ def _run_stages(options: DemoOptions, config_path: Path, iters: int, stage: Path
     )
 
     with _stage(3, "pack", f"write {PACKED_DATA} (Bridge's packed Parquet)", say, timings):
-        packing = pack_stage(config, stage, analysis, say)
+        packing = pack_stage(config, analysis, say)
 
     with _stage(4, "setup", "import torch and megatron-core (the one slow import)", say, timings):
         from packcfg.train.data import PackedParquet
@@ -136,12 +139,10 @@ def _run_stages(options: DemoOptions, config_path: Path, iters: int, stage: Path
             _stage(i, f"train {batching}", f"{iters} steps, {what}", say, timings, key=f"train_{batching}"),
             _torch_threads(options.threads),
         ):
-            runs[batching] = train_stage(config, batching, units, stage, say)
+            runs[batching] = train_stage(config, batching, units, stage)
 
     with _stage(7, "summary", "summary.json, summary.md, demo.png", say, timings):
-        result = build_summary(
-            options, config_path, config, iters, lint, packing, runs, stage, timings, t_start
-        )
+        result = build_summary(options, config_path, config, iters, lint, packing, runs, timings)
         write_outputs(result, stage)
     result["timings_s"]["summary"] = round(timings["summary"], 3)
     result["timings_s"]["total"] = round(time.perf_counter() - t_start, 3)
@@ -181,6 +182,7 @@ def demo_overrides(base: dict[str, Any], stage: Path, iters: int) -> list[str]:
 
 
 def lint_stage(config_path: Path, overrides: list[str], stage: Path, say: Say) -> dict[str, Any]:
+    """Every rule on the recipe plus the demo's overrides; lint errors stop the demo (LintBlocked)."""
     from packcfg import lint_file
     from packcfg.core.config import ConfigError
     from packcfg.lint.registry import all_rules
@@ -215,6 +217,7 @@ def lint_stage(config_path: Path, overrides: list[str], stage: Path, say: Say) -
 
 
 def analyze_stage(config: dict[str, Any], say: Say) -> dict[str, Any]:
+    """Plan the packs from the tokenized samples' runtime lengths, as the packer will."""
     import numpy as np
 
     from packcfg import packing
@@ -273,7 +276,8 @@ def analyze_stage(config: dict[str, Any], say: Say) -> dict[str, Any]:
     }
 
 
-def pack_stage(config: dict[str, Any], stage: Path, analysis: dict[str, Any], say: Say) -> dict[str, Any]:
+def pack_stage(config: dict[str, Any], analysis: dict[str, Any], say: Say) -> dict[str, Any]:
+    """Write the packed Parquet where the (overridden) config says: inside the staging directory."""
     import pyarrow.parquet as pq
 
     from packcfg import packing
@@ -297,7 +301,8 @@ def pack_stage(config: dict[str, Any], stage: Path, analysis: dict[str, Any], sa
     return out
 
 
-def train_stage(config: dict[str, Any], batching: str, units: Any, stage: Path, say: Say) -> dict[str, Any]:
+def train_stage(config: dict[str, Any], batching: Batching, units: Any, stage: Path) -> dict[str, Any]:
+    """One training run into `stage/<batching>/` (metrics.jsonl; checkpoints for the packed run)."""
     from packcfg.train.loop import TrainOptions, train
 
     run_config = copy.deepcopy(config)
@@ -307,7 +312,7 @@ def train_stage(config: dict[str, Any], batching: str, units: Any, stage: Path, 
     try:
         result = train(
             run_config,
-            TrainOptions(batching=batching, output_dir=stage / batching, units=units, progress=True),  # type: ignore[arg-type]
+            TrainOptions(batching=batching, output_dir=stage / batching, units=units, progress=True),
         )
     except (ValueError, FileNotFoundError) as exc:
         raise DemoError(f"train {batching}: {exc}") from None
@@ -330,9 +335,7 @@ def build_summary(
     lint: dict[str, Any],
     packing: dict[str, Any],
     runs: dict[str, dict[str, Any]],
-    stage: Path,
     timings: dict[str, float],
-    t_start: float,
 ) -> dict[str, Any]:
     """summary.json's content; training numbers come from the metrics files just written."""
     from packcfg.train.settings import DataSettings
@@ -377,7 +380,8 @@ def build_summary(
             **summ.compare_runs(rows["packed"], rows["padded"]),
         },
         "plot": PLOT_NAME,
-        "timings_s": {k: round(v, 3) for k, v in timings.items()} | {"total": 0.0},
+        # the summary stage's own time and the total are filled in once the stage ends
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
 
 

@@ -43,6 +43,7 @@ class ThdParams(PackedSeqParams):
     cu_seqlens_list: list[int] | None = None  # cu_seqlens_q as Python ints (one .tolist() per batch)
     cu_seqlens_kv_list: list[int] | None = None
     kv_gather_index: Tensor | None = None  # CP: gathered [cp*T] keys -> samples' global key order
+    padding_segment: bool = False  # the last segment is pack padding: no attention computed for it
 
 
 @dataclass(frozen=True)
@@ -179,10 +180,13 @@ class PackedCoreAttention(MegatronModule):
             return self._thd_context_parallel(query, key, value, params)
         assert params.cu_seqlens_list is not None
         lengths = _lengths(params.cu_seqlens_list)
+        if params.padding_segment:
+            # Its outputs reach no loss and no real token: zeros instead of an L^2 attention over padding.
+            lengths[-1] = -lengths[-1]
         # torch.split, not slicing: its backward is one concatenation, where per-slice backward would
         # materialise a full-size zero gradient per sample.
-        qs, ks, vs = (torch.split(t, lengths) for t in (query, key, value))
-        outs: list[Tensor] = [query.new_empty(0, heads, self.head_dim)] * len(lengths)
+        qs, ks, vs = (torch.split(t, [abs(n) for n in lengths]) for t in (query, key, value))
+        outs: list[Tensor] = [query.new_zeros(max(0, -n), heads, self.head_dim) for n in lengths]
         # Samples of equal length share one batched kernel call (as padding would batch them).
         for members in _same_length_groups(lengths):
             q, k, v = (_batch([parts[i] for i in members]) for parts in (qs, ks, vs))
@@ -231,10 +235,10 @@ def _lengths(cu_seqlens: list[int]) -> list[int]:
 
 
 def _same_length_groups(lengths: list[int]) -> list[list[int]]:
-    """Sample indices grouped by length (empty samples left out)."""
+    """Sample indices grouped by length (empty and skipped, i.e. negative-length, samples left out)."""
     groups: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
-        if n:
+        if n > 0:
             groups.setdefault(n, []).append(i)
     return list(groups.values())
 

@@ -115,7 +115,8 @@ def pack_thd(samples: Sequence[Sample], pad_to: int | None = None, faults: Fault
     real = sum(lengths)
     if pad_to is not None and real > pad_to:
         raise ValueError(f"pack of {real} tokens exceeds the pack size {pad_to}")
-    if pad_to is not None and real < pad_to:
+    padded = pad_to is not None and real < pad_to
+    if pad_to is not None and padded:
         pad = pad_to - real
         parts.append(
             (
@@ -129,11 +130,17 @@ def pack_thd(samples: Sequence[Sample], pad_to: int | None = None, faults: Fault
     labels = torch.from_numpy(np.concatenate([p[1] for p in parts]))
     mask = torch.from_numpy(np.concatenate([p[2] for p in parts]))
     cu = [0, *np.cumsum(lengths).tolist()]
-    return _thd_batch(tokens, labels, mask, cu, real_tokens=real, faults=faults)
+    return _thd_batch(tokens, labels, mask, cu, real_tokens=real, faults=faults, padding_segment=padded)
 
 
 def _thd_batch(
-    tokens: Tensor, labels: Tensor, mask: Tensor, cu: list[int], real_tokens: int, faults: Faults
+    tokens: Tensor,
+    labels: Tensor,
+    mask: Tensor,
+    cu: list[int],
+    real_tokens: int,
+    faults: Faults,
+    padding_segment: bool = False,
 ) -> MicroBatch:
     total = int(tokens.numel())
     cu_seqlens = torch.tensor(cu, dtype=torch.int32)
@@ -150,6 +157,7 @@ def _thd_batch(
         position_ids=positions,
         cu_seqlens_list=attn_cu,
         cu_seqlens_kv_list=attn_cu,
+        padding_segment=padding_segment and not faults.mask_across_samples,
     )
     return MicroBatch(
         tokens=tokens.unsqueeze(0),
@@ -276,6 +284,7 @@ def split_for_context_parallel(
         cu_seqlens_kv_list=padded_cu,
         kv_gather_index=kv_gather_index,
         cp_group=cp_group,
+        padding_segment=False,  # under CP the padding segment is split like a sample and attends
     )
     return MicroBatch(
         tokens=all_tok[take].unsqueeze(0),

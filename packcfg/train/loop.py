@@ -87,7 +87,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
     for step in range(start, s.train_iters):
         t0 = time.perf_counter()
         lr = schedule.advance()
-        optimizer.zero_grad(set_to_none=False)
+        model.zero_grad(set_to_none=False)  # the model's grads (with bf16, the optimizer holds copies)
         data_step = step - start if options.faults.resume_data_from_start else step
         micro_batches = plan.micro_batches(data_step, options.faults)
         if layout.cp > 1:

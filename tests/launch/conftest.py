@@ -39,7 +39,8 @@ def slurm_problem() -> str | None:
     try:
         ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
         if "UP" not in ping.stdout:
-            return f"scontrol ping: {(ping.stdout + ping.stderr).strip() or 'no answer'}"
+            first = (ping.stdout + ping.stderr).strip().splitlines()
+            return f"scontrol ping: {first[0] if first else 'no answer'}"
         nodes = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"Slurm does not answer: {exc}"

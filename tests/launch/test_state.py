@@ -202,3 +202,11 @@ def test_state_mapping(squeue, sacct, scontrol, expected, monkeypatch) -> None:
     r.backend = "slurm"
     slurm_backend.SlurmBackend().refresh(r)
     assert (r.native_state, r.status, r.exit_code) == expected
+
+
+def test_training_cancelled_by_failed_data_prep_is_failed(monkeypatch) -> None:
+    states = {"9": ("CANCELLED", 0), "8": ("FAILED", 1)}
+    monkeypatch.setattr(slurm_backend, "job_state", lambda job_id: states[job_id])
+    r = record("j", native_id="9", pack_native_id="8")
+    slurm_backend.SlurmBackend().refresh(r)
+    assert r.status == "FAILED" and r.native_state == "CANCELLED (data prep job 8 FAILED)"

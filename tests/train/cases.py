@@ -7,12 +7,19 @@ builds exactly the same model and data.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from packcfg.train.batches import Sample
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TORCHRUN_TIMEOUT_S = 300
 VOCAB = 128
 
 TINY_CONFIG: dict[str, Any] = {
@@ -154,3 +161,26 @@ class _Packs:
 
     def __getitem__(self, index: int) -> list[Sample]:
         return self.packs[index]
+
+
+def run_torchrun(
+    args: list[str], nproc: int = 2, timeout: int = TORCHRUN_TIMEOUT_S
+) -> subprocess.CompletedProcess:
+    """`python -m torch.distributed.run` on a free port; a failure shows the children's output."""
+    from packcfg.train.parallel import free_port
+
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc-per-node={nproc}", f"--master-port={free_port()}", "--master-addr=127.0.0.1",
+        *args,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"torchrun timed out after {timeout}s: {' '.join(cmd)}\n{exc.stdout}\n{exc.stderr}")
+    if proc.returncode != 0:
+        pytest.fail(
+            f"torchrun failed ({proc.returncode}): {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
+    return proc

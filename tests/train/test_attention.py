@@ -6,7 +6,8 @@ import torch
 
 from packcfg.train.attention import Rope, RopeSpec, thd_positions
 from packcfg.train.batches import Faults, pack_thd, split_for_context_parallel
-from tests.train.cases import synthetic_samples
+
+from .cases import synthetic_samples
 
 
 def test_thd_positions_restart_per_sample():

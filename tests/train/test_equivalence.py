@@ -14,8 +14,8 @@ from packcfg.train.batches import Faults, pack_thd, pad_batch
 from packcfg.train.data import build_micro_batch
 from packcfg.train.equivalence import compare, loss_and_grads
 from packcfg.train.settings import Batching, DataSettings
-from tests.train.cases import PARALLEL_CASES, greedy_packs, run_case, synthetic_samples
-from tests.train.conftest import run_torchrun
+
+from .cases import PARALLEL_CASES, greedy_packs, run_case, run_torchrun, synthetic_samples
 
 SAMPLES = synthetic_samples(10, seed=1)
 

@@ -13,8 +13,8 @@ from packcfg.train.batches import Faults
 from packcfg.train.data import PackedParquet, write_packed_parquet
 from packcfg.train.loop import TrainOptions, train
 from packcfg.train.metrics import read_metrics
-from tests.train.cases import greedy_packs, synthetic_samples, tiny_config
-from tests.train.conftest import REPO_ROOT
+
+from .cases import REPO_ROOT, greedy_packs, synthetic_samples, tiny_config
 
 STEPS, SAVE_AT = 6, 3
 
@@ -142,3 +142,26 @@ def test_packcfg_train_tiny_recipe_reduced(tmp_path):
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
     assert metrics[-1]["loss"] < metrics[0]["loss"]
     assert all(m["real_tokens"] <= m["padded_tokens"] == 8 * 512 for m in metrics)
+
+
+def test_bf16_trains_with_fp32_master_weights_and_resumes(tmp_path, packed_file):
+    def config(iters):
+        c = _config(tmp_path, iters)
+        c["model"]["bf16"] = True
+        return c
+
+    straight = _run(config(STEPS), packed_file, tmp_path / "straight")
+    resumed = _run(config(STEPS), packed_file, tmp_path / "resumed", resume=True)  # resumes at step 6
+    assert resumed.start_step == STEPS and resumed.losses == []
+    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text(f"{SAVE_AT}\n")
+    again = _run(config(STEPS), packed_file, tmp_path / "again", resume=True)
+    assert again.losses == straight.losses[SAVE_AT:]
+    assert straight.losses[-1] < straight.losses[0]
+
+
+def test_launcher_shim_is_packcfg_train():
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "launchers" / "train.py"), "--help"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "usage: packcfg train" in proc.stdout

@@ -149,6 +149,12 @@ class SlurmBackend:
         record.status = normalise(state)
         if code is not None:
             record.exit_code = code
+        if record.status == CANCELLED and record.pack_native_id:
+            # --kill-on-invalid-dep cancels the training job when its data prep failed: say so.
+            pack_state, _ = job_state(record.pack_native_id)
+            if normalise(pack_state) == FAILED:
+                record.status = FAILED
+                record.native_state = f"{state} (data prep job {record.pack_native_id} {pack_state})"
 
     def cancel(self, record: JobRecord) -> None:
         ids = [i for i in (record.native_id, record.pack_native_id) if i]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from packcfg.launch.commands._shared import EXIT_OK, add_state_argument, guarded
 
@@ -20,13 +21,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     def body() -> int:
-        from packcfg.launch import service
+        from packcfg.launch import LaunchError, service
         from packcfg.launch.state import JobStore
 
         store = JobStore(args.state_dir)
         records = [store.load(args.job)] if args.job else store.all()
         for record in records:
-            service.refresh(store, record)
+            try:
+                service.refresh(store, record)
+            except LaunchError as exc:  # one unreachable backend must not hide the other jobs
+                if args.job:
+                    raise
+                print(f"packcfg: {record.id}: state not refreshed ({exc})", file=sys.stderr)
         if args.json:
             data = [r.to_dict() for r in records]
             print(json.dumps(data[0] if args.job else data, indent=2))
