@@ -408,7 +408,7 @@ def write_outputs(result: dict[str, Any], stage: Path) -> None:
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
-    from packcfg.launch.atomic import atomic_write_bytes
+    from packcfg.core.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, data)
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from packcfg import __version__
+from packcfg.core.atomic import atomic_write_bytes
 from packcfg.launch import LaunchError
-from packcfg.launch.atomic import atomic_write_bytes
 from packcfg.launch.spec import LaunchSpec, launch_spec
 
 SCRIPTS = ("torchrun.sh", "sbatch.sh", "pack.sbatch.sh")

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packcfg.core.atomic import atomic_write_text
 from packcfg.launch import LaunchError
-from packcfg.launch.atomic import atomic_write_text
 
 # Normalised states; `native_state` keeps the backend's own word (e.g. Slurm's OUT_OF_MEMORY).
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, UNKNOWN = (

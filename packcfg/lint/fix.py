@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import difflib
 import io
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packcfg.core.atomic import atomic_write_text
 from packcfg.core.config import ConfigError, is_override_source, load_document, merge_documents
 from packcfg.core.diagnostics import Diagnostic, Edit
 from packcfg.core.yamlsource import YamlDocument, load_bytes
@@ -36,28 +35,6 @@ class FixOutcome:
     messages: list[str] = field(default_factory=list)  # one line per refused or skipped edit
     changed: list[str] = field(default_factory=list)  # files whose text changed
     applied: int = 0  # fixes applied
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder, so nothing is ever half-written."""
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except FileNotFoundError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 # ---- editing one YAML text with ruamel.yaml ---------------------------------------------------------
@@ -298,7 +275,7 @@ def fix_paths(
             )
         )
         if write:
-            atomic_write(Path(name), texts[name])
+            atomic_write_text(Path(name), texts[name])
     return outcome
 
 

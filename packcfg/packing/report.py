@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from packcfg.core.atomic import atomic_path
 from packcfg.packing.planner import PackPlan
 
 
@@ -118,13 +118,8 @@ def write_plot(path: Path, lengths: np.ndarray, p: PackPlan, title: str = "") ->
     )
     fig.suptitle(title or f"packcfg analyze: {p.algorithm}, capacity {p.capacity}, align {p.align}")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix or '.png'}")
     try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
     finally:
         plt.close(fig)
-        if tmp.exists():
-            tmp.unlink()

@@ -14,13 +14,13 @@ matches a file means that file is complete.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from packcfg.core.atomic import atomic_path, atomic_write_text
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import PackPlan
 from packcfg.packing.sources import Spool
@@ -102,10 +102,8 @@ def write_packed(
             ("seq_start_id", pa.list_(pa.int32())),
         ]
     )
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
     written = 0
-    try:
+    with atomic_path(out_path) as tmp:
         # Encodings chosen by measurement: token ids are near-incompressible, so snappy without a dictionary
         # writes ~2x faster than zstd for ~1.5x the size; the 0/1 mask (stored as INT32 by Parquet) costs
         # almost nothing once dictionary/RLE-encoded.
@@ -133,24 +131,11 @@ def write_packed(
                     progress.update(len(packs))
                 if fail_after_rows is not None and written >= fail_after_rows:
                     raise OSError("injected failure (test)")
-        os.replace(tmp, out_path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return row_order
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def bridge_metadata(p: PackPlan) -> dict[str, Any]:

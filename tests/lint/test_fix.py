@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from packcfg.cli import main
 from packcfg.core.diagnostics import Edit, Fix, Severity
 from packcfg.lint import engine
-from packcfg.lint.fix import apply_edits, atomic_write, fix_paths
+from packcfg.lint.fix import apply_edits, fix_paths
 from packcfg.lint.registry import RULES, Finding, Rule, RuleDocs
 from packcfg.lint.settings import Settings
 
@@ -91,16 +90,6 @@ def test_rename_refuses_to_overwrite() -> None:
 def test_delete_last_key_keeps_section_spacing() -> None:
     out, _ = apply_edits(TEXT, [Edit("delete", ("train", "global_batch_size"))])
     assert "  micro_batch_size: 4   # too big\n\ndataset:" in out
-
-
-def test_atomic_write_keeps_mode_and_leaves_no_temp(tmp_path: Path) -> None:
-    target = tmp_path / "x.yaml"
-    target.write_text("a: 1\n")
-    os.chmod(target, 0o640)
-    atomic_write(target, "a: 2\n")
-    assert target.read_text() == "a: 2\n"
-    assert (os.stat(target).st_mode & 0o777) == 0o640
-    assert [p.name for p in tmp_path.iterdir()] == ["x.yaml"]
 
 
 _DOCS = RuleDocs(what="w", why="y", failing="a: 1\n", passing="a: 1\n", source="t", fixed="a: 1\n")

@@ -76,9 +76,9 @@ def write_report(text: str, output: str | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    from packcfg.lint.fix import atomic_write
+    from packcfg.core.atomic import atomic_write_text
 
-    atomic_write(Path(output), text)
+    atomic_write_text(Path(output), text)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,10 +26,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         from pathlib import Path
 
-        from packcfg.lint.fix import atomic_write
+        from packcfg.core.atomic import atomic_write_text
 
         try:
-            atomic_write(Path(args.output), text)
+            atomic_write_text(Path(args.output), text)
         except OSError as exc:
             print(
                 f"packcfg schema: --output {args.output}: cannot write ({exc.strerror or exc})",
