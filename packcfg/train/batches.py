@@ -270,7 +270,7 @@ def split_for_context_parallel(
         thd_positions(local_cu_t, int(mine.numel())) if faults.cp_local_positions else all_pos[mine]
     )
     padded_cu_t = torch.tensor(padded_cu, dtype=torch.int32)
-    thd = replace(
+    thd = replace(  # type: ignore[call-arg]  # (megatron is untyped: its fields are unknown to mypy)
         batch.thd,
         cu_seqlens_q=local_cu_t,
         cu_seqlens_kv=padded_cu_t,

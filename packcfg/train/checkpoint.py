@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from packcfg.core.atomic import atomic_write_text
 from packcfg.train.optim import LrSchedule, MasterWeights
 from packcfg.train.parallel import Layout
 
@@ -86,9 +87,7 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
-        latest_tmp = root / f".{LATEST}.tmp"
-        latest_tmp.write_text(f"{iteration}\n")
-        latest_tmp.replace(root / LATEST)
+        atomic_write_text(root / LATEST, f"{iteration}\n")
     _barrier()
     return final
 

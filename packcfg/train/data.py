@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from packcfg.core.atomic import atomic_path
 from packcfg.train.batches import (
     NO_FAULTS,
     Faults,
@@ -85,12 +86,9 @@ def write_packed_parquet(path: str | Path, packs: Sequence[Sequence[Sample]]) ->
             ("seq_start_id", pa.list_(pa.int64())),
         ]
     )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.table(rows, schema=schema), tmp)
-    tmp.replace(path)
-    return path
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table(rows, schema=schema), tmp)
+    return Path(path)
 
 
 @dataclass

@@ -34,15 +34,17 @@ def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     tp = dist.get_world_size(tp_group)
     out = {}
     for name, p in model.named_parameters():
+        assert p.grad is not None, f"{name}: no gradient"
         g = p.grad.detach().clone()
+        dim = int(getattr(p, "partition_dim", 0))
         if tp > 1 and getattr(p, "tensor_model_parallel", False):
             parts = [torch.empty_like(g) for _ in range(tp)]
             dist.all_gather(parts, g.contiguous(), group=tp_group)
             if name.endswith("mlp.linear_fc1.weight") and getattr(model.config, "gated_linear_unit", False):
                 # SwiGLU: each TP shard is [gate_r; up_r]; the full layout is [gate; up].
-                halves = [part.chunk(2, dim=p.partition_dim) for part in parts]
+                halves = [part.chunk(2, dim=dim) for part in parts]
                 parts = [h[0] for h in halves] + [h[1] for h in halves]
-            g = torch.cat(parts, dim=p.partition_dim)
+            g = torch.cat(parts, dim=dim)
         out[name] = g.cpu()
     return out
 

@@ -15,7 +15,8 @@ def build_optimizer(
 ) -> torch.optim.AdamW:
     """AdamW over `params` (default: the model's; bf16 passes its fp32 master copies); like megatron,
     no weight decay on biases and norm weights (1-D parameters)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for p in params if params is not None else [p for p in model.parameters() if p.requires_grad]:
         (decay if p.ndim >= 2 else no_decay).append(p)
     groups = [
