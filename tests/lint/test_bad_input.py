@@ -169,5 +169,14 @@ def test_unreadable_by_permission(tmp_path: Path) -> None:
 
 
 def test_output_to_unwritable_place_exit_2(tiny_recipe: Path, tmp_path: Path) -> None:
-    proc = _lint(tiny_recipe, "--output", tmp_path / "no" / "such" / "dir" / "out.txt")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    proc = _lint(tiny_recipe, "--output", blocker / "out.txt")  # a folder that cannot exist
     assert proc.returncode == 2 and "cannot write" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_output_creates_missing_folders(tiny_recipe: Path, tmp_path: Path) -> None:
+    out = tmp_path / "reports" / "lint.sarif"
+    proc = _lint(tiny_recipe, "--format", "sarif", "--output", out)
+    assert proc.returncode == 0 and out.read_text().lstrip().startswith("{")
