@@ -53,8 +53,9 @@ def progress_line(m: StepMetrics, total: int) -> str:
     )
 
 
-def print_progress(m: StepMetrics, total: int, stream: TextIO = sys.stdout) -> None:
-    print(progress_line(m, total), file=stream, flush=True)
+def print_progress(m: StepMetrics, total: int, stream: TextIO | None = None) -> None:
+    # sys.stdout is looked up per call: a default bound at import time misses later redirection.
+    print(progress_line(m, total), file=stream if stream is not None else sys.stdout, flush=True)
 
 
 def read_metrics(path: Path) -> list[dict[str, float]]:
