@@ -39,21 +39,37 @@ class PackedParquet:
         import pyarrow.parquet as pq
 
         self.path = Path(path)
-        table = pq.read_table(self.path, columns=["input_ids", "loss_mask", "seq_start_id"])
-        # Columns as Python lists once; a pack is then a cheap slice (files here are small; a
-        # multi-GB file would want row-group reads instead).
-        self._ids = table.column("input_ids").to_pylist()
-        self._mask = table.column("loss_mask").to_pylist()
-        self._starts = table.column("seq_start_id").to_pylist()
+        table = pq.read_table(self.path, columns=["input_ids", "loss_mask", "seq_start_id"], memory_map=True)
+        # Each column as one flat value buffer plus row offsets (Arrow's list layout, as numpy): a pack
+        # is two slices, and memory is the file's token count in machine ints, not Python objects.
+        self._ids = _flat_list_column(table.column("input_ids"))
+        self._mask = _flat_list_column(table.column("loss_mask"))
+        self._starts = _flat_list_column(table.column("seq_start_id"))
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._ids[1]) - 1
 
     def __getitem__(self, index: int) -> list[Sample]:
-        return samples_from_pack(self._ids[index], self._mask[index], self._starts[index])
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"pack {index} out of range for {len(self)} packs in {self.path}")
+        index %= len(self)
+        return samples_from_pack(_row(self._ids, index), _row(self._mask, index), _row(self._starts, index))
 
     def all_samples(self) -> list[Sample]:
         return [s for i in range(len(self)) for s in self[i]]
+
+
+def _flat_list_column(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A list<int> Arrow column as (values, offsets): row i is values[offsets[i]:offsets[i + 1]]."""
+    array = column.combine_chunks()
+    offsets = array.offsets.to_numpy()
+    values = array.values.to_numpy(zero_copy_only=False)
+    return values, offsets
+
+
+def _row(flat: tuple[np.ndarray, np.ndarray], index: int) -> np.ndarray:
+    values, offsets = flat
+    return values[offsets[index] : offsets[index + 1]]
 
 
 class SampleUnits:
