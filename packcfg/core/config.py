@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,16 @@ def _clone(value: Any) -> Any:
     if isinstance(value, list):
         return [_clone(v) for v in value]
     return value
+
+
+def get_path(config: Any, path: Sequence[str], default: Any = None) -> Any:
+    """The value at `a.b.c` in a plain config mapping; `default` when any step is missing or not a mapping."""
+    node = config
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return default
+        node = node[key]
+    return node
 
 
 def set_path(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from packcfg.core.config import get_path
 from packcfg.core.diagnostics import ConfigPath, Position
 
 if TYPE_CHECKING:
@@ -39,12 +40,7 @@ class RuleContext:
 
     def get(self, path: ConfigPath, default: Any = None) -> Any:
         """The value as written (after normalisation); `default` when absent. No schema defaults."""
-        node: Any = self.config
-        for key in path:
-            if not isinstance(node, dict) or key not in node:
-                return default
-            node = node[key]
-        return node
+        return get_path(self.config, path, default)
 
     def written_path(self, path: ConfigPath) -> ConfigPath:
         """The path as the user spelled it (a legacy key maps back to where it was written)."""

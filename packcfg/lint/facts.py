@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from packcfg.core.config import get_path
 from packcfg.core.families import Family, family_table
 
 PACKING_MODES = ("offline", "in_batch", "energon_native")
@@ -77,12 +78,7 @@ class Facts:
 
 
 def _get(config: Any, *path: str) -> Any:
-    node = config
-    for key in path:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
+    return get_path(config, path)
 
 
 def _section(config: dict[str, Any], name: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from packcfg import __version__
+from packcfg.core.config import get_path
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import PackPlan, PlanError, plan
 from packcfg.packing.progress import Progress
@@ -86,12 +87,7 @@ class PackedData:
 
 
 def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return node
+    return get_path(config, dotted.split("."), default)
 
 
 def _int_setting(config: Mapping[str, Any], dotted: str, default: int | None) -> int | None:
