@@ -49,26 +49,33 @@ def detect_format(path: Path) -> str:
         raise PackingError(f"{path}: is a directory, expected a .jsonl or .parquet file")
     if path.suffix.lower() in PARQUET_SUFFIXES:
         return "parquet"
+    for lineno, obj in _jsonl_records(path):
+        if "input_ids" in obj:
+            return "tokens"
+        if "input" in obj or "output" in obj:
+            return "text"
+        keys = ", ".join(sorted(obj)) or "none"
+        raise PackingError(
+            f"{path}:{lineno}: expected 'input_ids' (tokenized) or 'input'/'output' (SFT text), "
+            f"got keys: {keys}"
+        )
+    raise PackingError(f"{path}: empty dataset (no samples)")
+
+
+def _jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; bad JSON, bad UTF-8 or an unreadable file is a
+    PackingError naming the file (and line). The file closes when the caller stops iterating."""
     try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                obj = _parse_line(path, lineno, line)
-                if "input_ids" in obj:
-                    return "tokens"
-                if "input" in obj or "output" in obj:
-                    return "text"
-                keys = ", ".join(sorted(obj)) or "none"
-                raise PackingError(
-                    f"{path}:{lineno}: expected 'input_ids' (tokenized) or 'input'/'output' (SFT text), "
-                    f"got keys: {keys}"
-                )
-    except UnicodeDecodeError as exc:
-        raise PackingError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        f = open(path, encoding="utf-8")
     except OSError as exc:
         raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    raise PackingError(f"{path}: empty dataset (no samples)")
+    with f:
+        try:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    yield lineno, _parse_line(path, lineno, line)
+        except UnicodeDecodeError as exc:
+            raise PackingError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
@@ -152,56 +159,42 @@ def _iter_token_jsonl(path: Path, batch_size: int) -> Iterator[Batch]:
     ids_list: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     first = 0
-    try:
-        f = open(path, encoding="utf-8")  # closed in finally: the generator may stop early
-    except OSError as exc:
-        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            obj = _parse_line(path, lineno, line)
-            where = str(lineno)
-            if "input_ids" not in obj:
-                raise PackingError(f"{path}:{lineno}: missing 'input_ids'")
-            ids = _check_ids(path, where, obj["input_ids"])
-            n = len(ids)
-            if "loss_mask" in obj:
-                m = obj["loss_mask"]
-                arr = np.asarray(m) if isinstance(m, list) else None
-                if arr is None or len(arr) != n or (n and arr.dtype.kind not in "biu"):
-                    got = f"{len(m)} values" if isinstance(m, list) else type(m).__name__
-                    raise PackingError(
-                        f"{path}:{lineno}: loss_mask must be a list of 0/1 as long as input_ids ({n}), got {got}"
-                    )
-                if n and (arr.min() < 0 or arr.max() > 1):
-                    raise PackingError(
-                        f"{path}:{lineno}: loss_mask values must be 0 or 1, got {int(arr.max())}"
-                    )
-                lm = np.zeros(n, dtype=np.int8)
-                lm[:-1] = arr[1:]
-            elif "answer_start_idx" in obj:
-                a = obj["answer_start_idx"]
-                if type(a) is not int or not 0 <= a <= n:
-                    raise PackingError(
-                        f"{path}:{lineno}: answer_start_idx must be an integer in 0..{n}, got {a!r}"
-                    )
-                lm = (np.arange(n) >= a - 1).astype(np.int8)
-                lm[-1] = 0
-            else:
-                lm = np.ones(n, dtype=np.int8)
-                lm[-1] = 0
-            if not ids_list:
-                first = lineno
-            ids_list.append(ids)
-            masks.append(lm)
-            if len(ids_list) >= batch_size:
-                yield _make_batch(ids_list, masks, first)
-                ids_list, masks = [], []
-    except UnicodeDecodeError as exc:
-        raise PackingError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    finally:
-        f.close()
+    for lineno, obj in _jsonl_records(path):
+        where = str(lineno)
+        if "input_ids" not in obj:
+            raise PackingError(f"{path}:{lineno}: missing 'input_ids'")
+        ids = _check_ids(path, where, obj["input_ids"])
+        n = len(ids)
+        if "loss_mask" in obj:
+            m = obj["loss_mask"]
+            arr = np.asarray(m) if isinstance(m, list) else None
+            if arr is None or len(arr) != n or (n and arr.dtype.kind not in "biu"):
+                got = f"{len(m)} values" if isinstance(m, list) else type(m).__name__
+                raise PackingError(
+                    f"{path}:{lineno}: loss_mask must be a list of 0/1 as long as input_ids ({n}), got {got}"
+                )
+            if n and (arr.min() < 0 or arr.max() > 1):
+                raise PackingError(f"{path}:{lineno}: loss_mask values must be 0 or 1, got {int(arr.max())}")
+            lm = np.zeros(n, dtype=np.int8)
+            lm[:-1] = arr[1:]
+        elif "answer_start_idx" in obj:
+            a = obj["answer_start_idx"]
+            if type(a) is not int or not 0 <= a <= n:
+                raise PackingError(
+                    f"{path}:{lineno}: answer_start_idx must be an integer in 0..{n}, got {a!r}"
+                )
+            lm = (np.arange(n) >= a - 1).astype(np.int8)
+            lm[-1] = 0
+        else:
+            lm = np.ones(n, dtype=np.int8)
+            lm[-1] = 0
+        if not ids_list:
+            first = lineno
+        ids_list.append(ids)
+        masks.append(lm)
+        if len(ids_list) >= batch_size:
+            yield _make_batch(ids_list, masks, first)
+            ids_list, masks = [], []
     if ids_list:
         yield _make_batch(ids_list, masks, first)
 
@@ -380,36 +373,24 @@ def _iter_text_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Itera
             masks.append(lm)
         return _make_batch(ids_list, masks, first)
 
-    try:
-        f = open(path, encoding="utf-8")  # closed in finally
-    except OSError as exc:
-        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            obj = _parse_line(path, lineno, line)
-            for key in ("input", "output"):
-                if key not in obj:
-                    raise PackingError(
-                        f"{path}:{lineno}: missing {key!r} (Bridge SFT JSONL needs input and output)"
-                    )
-                if not isinstance(obj[key], str):
-                    raise PackingError(
-                        f"{path}:{lineno}: {key!r} must be a string, got {type(obj[key]).__name__}"
-                    )
-            if not contexts:
-                first = lineno
-            # Bridge's default prompt template is "{input} {output}": the answer follows a space.
-            contexts.append(obj["input"])
-            answers.append(" " + obj["output"])
-            if len(contexts) >= batch_size:
-                yield flush()
-                contexts, answers = [], []
-    except UnicodeDecodeError as exc:
-        raise PackingError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    finally:
-        f.close()
+    for lineno, obj in _jsonl_records(path):
+        for key in ("input", "output"):
+            if key not in obj:
+                raise PackingError(
+                    f"{path}:{lineno}: missing {key!r} (Bridge SFT JSONL needs input and output)"
+                )
+            if not isinstance(obj[key], str):
+                raise PackingError(
+                    f"{path}:{lineno}: {key!r} must be a string, got {type(obj[key]).__name__}"
+                )
+        if not contexts:
+            first = lineno
+        # Bridge's default prompt template is "{input} {output}": the answer follows a space.
+        contexts.append(obj["input"])
+        answers.append(" " + obj["output"])
+        if len(contexts) >= batch_size:
+            yield flush()
+            contexts, answers = [], []
     if contexts:
         yield flush()
 
