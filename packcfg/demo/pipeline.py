@@ -217,27 +217,12 @@ def lint_stage(config_path: Path, overrides: list[str], stage: Path, say: Say) -
 
 
 def analyze_stage(config: dict[str, Any], say: Say) -> dict[str, Any]:
-    """Plan the packs from the tokenized samples' runtime lengths, as the packer will."""
-    import numpy as np
-
+    """Plan the packs exactly as the packer will (the same plan `ensure_packed` writes)."""
     from packcfg import packing
     from packcfg.train.settings import DataSettings
 
     try:
-        settings = packing.settings_from_config(config)
-        samples = packing.tokenized_samples(config)
-        lengths = np.asarray([len(ids) - 1 for ids, _ in samples], dtype=np.int64)
-        gbs = (config.get("train") or {}).get("global_batch_size")
-        p = packing.plan(
-            lengths,
-            settings.capacity,
-            algorithm=settings.algorithm,
-            align=settings.align,
-            seed=settings.seed,
-            oversize=settings.oversize,
-            max_per_pack=settings.max_per_pack,
-            unpacked_global_batch_size=gbs if isinstance(gbs, int) else None,
-        )
+        p = packing.plan_for_config(config)
     except (packing.PackingError, packing.PlanError) as exc:
         raise DemoError(str(exc)) from None
     s = p.stats

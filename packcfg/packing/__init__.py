@@ -16,6 +16,8 @@ Public API (stable; the trainer and the demo call it):
   tokenizer.tokenizer_model when it is SFT text) unless an up-to-date packed file exists.
   `PackedData` has `.train_path`, `.metadata_path`, `.metadata` (this split's metadata dict) and
   `.created` (False when the existing file was reused). Raises `PackingError` (one-line message).
+- `plan_for_config(config, *, split="train", base_dir=None) -> PackPlan`: the plan `ensure_packed` writes,
+  with packed batch-size advice from `train.global_batch_size`.
 - `tokenized_samples(config, *, split="train", base_dir=None) -> list[(input_ids, loss_mask)]`
   (alias `load_samples`): the same samples the packer packs, unpacked, in source order; int32 ids and an
   int8 label-aligned loss mask (0 at each sample's last position), as they appear in the packed rows.
@@ -33,6 +35,7 @@ from packcfg.packing.api import (
     ensure_packed,
     load_samples,
     pack_dataset,
+    plan_for_config,
     read_packed,
     settings_from_config,
     tokenized_samples,
@@ -53,6 +56,7 @@ __all__ = [
     "load_samples",
     "pack_dataset",
     "plan",
+    "plan_for_config",
     "read_packed",
     "settings_from_config",
     "tokenized_samples",

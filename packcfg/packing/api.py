@@ -349,6 +349,21 @@ def ensure_packed(
     return pack_dataset(settings_from_config(config, base_dir), force=force, progress=progress)
 
 
+def unpacked_global_batch_size(config: Mapping[str, Any]) -> int | None:
+    """`train.global_batch_size` when it is a real positive int: the batch size packing advice starts from."""
+    value = _get(config, "train.global_batch_size")
+    return value if type(value) is int and value > 0 else None
+
+
+def plan_for_config(
+    config: Mapping[str, Any], *, split: str = "train", base_dir: Path | None = None
+) -> PackPlan:
+    """The pack plan `ensure_packed` writes for this config, with batch-size advice from the config."""
+    settings = settings_from_config(config, base_dir, split=split)
+    sp = spool(settings.source, _tokenizer_for(settings, detect_format(settings.source)))
+    return make_plan(sp, settings, unpacked_global_batch_size(config))
+
+
 def tokenized_samples(
     config: Mapping[str, Any], *, split: str = "train", base_dir: Path | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from packcfg.packing.api import detect_format, make_plan, spool
+    from packcfg.packing.api import detect_format, make_plan, spool, unpacked_global_batch_size
     from packcfg.packing.errors import PackingError
     from packcfg.packing.planner import ALGORITHMS
     from packcfg.packing.report import format_comparison, format_table, stats_rows, to_json, write_plot
@@ -40,8 +40,7 @@ def _run(args: argparse.Namespace) -> int:
     settings, config = resolve_settings(args, need_output=False)
     gbs = args.gbs
     if gbs is None and config is not None:
-        value = (config.get("train") or {}).get("global_batch_size")
-        gbs = value if isinstance(value, int) and not isinstance(value, bool) else None
+        gbs = unpacked_global_batch_size(config)
     if gbs is not None and gbs <= 0:
         raise PackingError(f"--gbs must be > 0, got {gbs}")
     fmt = detect_format(settings.source)
