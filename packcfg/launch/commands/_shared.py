@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from packcfg.core.cli_args import add_merge_arguments
+
 EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
 
 
@@ -13,24 +15,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, short_override: boo
     """CONFIG, -c FILE, overrides, --backend, --allow, --profile. `render` keeps `-o` for its output
     folder (as the issue spells it), so there the overrides are `--override`/`--set` only."""
     parser.add_argument("config", metavar="CONFIG", help="experiment YAML")
-    parser.add_argument(
-        "-c",
-        "--config",
-        dest="extra_configs",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="override YAML merged after CONFIG (repeatable, in order)",
-    )
     flags = ("-o", "--override", "--set") if short_override else ("--override", "--set")
-    parser.add_argument(
-        *flags,
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="dotted override, e.g. train.train_iters=10 (repeatable)",
-    )
+    add_merge_arguments(parser, override_flags=flags)
     parser.add_argument("--backend", choices=("local", "slurm", "nemo-run"), help="override launch.backend")
     parser.add_argument(
         "--allow",
@@ -51,7 +37,7 @@ def add_state_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def config_files(args: argparse.Namespace) -> list[str]:
-    return [args.config, *args.extra_configs]
+    return [args.config, *args.config_files]
 
 
 def guarded(body: Callable[[], int]) -> int:

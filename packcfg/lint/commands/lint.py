@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from packcfg.core.cli_args import add_merge_arguments
+
 DESCRIPTION = (
     "Check experiment YAMLs against every packing rule. PATHS are files or folders (searched for "
     "*.yaml/*.yml); each file is one experiment, with -c files and -o overrides merged on top. With no "
@@ -22,17 +24,7 @@ FORMATS = ("text", "json", "sarif", "github", "junit")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", metavar="PATHS", help="YAML files or folders to lint")
-    parser.add_argument(
-        "-c", "--config", action="append", default=[], metavar="FILE", help="override file merged in order"
-    )
-    parser.add_argument(
-        "-o",
-        "--override",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="dotted override, e.g. train.micro_batch_size=1",
-    )
+    add_merge_arguments(parser)
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument(
@@ -87,14 +79,14 @@ def run(args: argparse.Namespace) -> int:
     from packcfg.lint.reporters import get_reporter
     from packcfg.lint.settings import SettingsError, load_settings, split_codes
 
-    if not args.paths and not args.config:
+    if not args.paths and not args.config_files:
         return _fail("nothing to lint: give PATHS (files or folders), or -c FILE for one merged experiment")
     if args.fix and args.diff:
         return _fail("--fix and --diff are exclusive: --diff shows what --fix would write")
     if args.jobs is not None and args.jobs < 1:
         return _fail("--jobs must be at least 1")
     try:
-        start = Path(args.paths[0] if args.paths else args.config[0])
+        start = Path(args.paths[0] if args.paths else args.config_files[0])
         settings = load_settings(start, known_codes=engine.rules()).with_cli(
             select=split_codes(args.select) if args.select is not None else None,
             ignore=split_codes(args.ignore) if args.ignore is not None else None,
@@ -116,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
 
             try:
                 outcome = fix_paths(
-                    args.paths, config_files=args.config, overrides=args.override, write=args.fix, **options
+                    args.paths,
+                    config_files=args.config_files,
+                    overrides=args.overrides,
+                    write=args.fix,
+                    **options,
                 )
             except FixError as exc:
                 return _fail(str(exc))
@@ -132,10 +128,14 @@ def run(args: argparse.Namespace) -> int:
                 )
         if args.paths:
             result = engine.lint_paths(
-                args.paths, config_files=args.config, overrides=args.override, jobs=args.jobs, **options
+                args.paths,
+                config_files=args.config_files,
+                overrides=args.overrides,
+                jobs=args.jobs,
+                **options,
             )
         else:
-            result = engine.lint_experiment(args.config, args.override, **options)
+            result = engine.lint_experiment(args.config_files, args.overrides, **options)
     except ConfigError as exc:
         return _fail(str(exc))
 

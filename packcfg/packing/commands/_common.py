@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from packcfg.core.cli_args import add_merge_arguments
+
 CONFIG_SUFFIXES = (".yaml", ".yml")
 # the planner's ALGORITHMS, spelled out so that building the parser imports no numpy
 ALGORITHM_NAMES = ("bfd", "ffd", "first_fit_shuffle", "histogram", "sequential", "greedy_buffer")
@@ -22,22 +24,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="experiment YAML (reads dataset/tokenizer settings) or a data file: JSONL/Parquet of "
         "input_ids, or Bridge SFT JSONL (input/output) with --tokenizer; default: the tiny CPU recipe",
     )
-    p.add_argument(
-        "-c",
-        "--config",
-        action="append",
-        default=[],
-        metavar="YAML",
-        help="extra config file merged after INPUT (repeatable)",
-    )
-    p.add_argument(
-        "-o",
-        "--override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="dotted config override, e.g. -o dataset.seed=7 (repeatable)",
-    )
+    add_merge_arguments(p)
     p.add_argument("--capacity", type=int, help="pack size in runtime tokens (default: packed_sequence_size)")
     p.add_argument("--align", type=int, help="round each sample up to a multiple (pad_seq_to_mult)")
     p.add_argument(
@@ -97,12 +84,12 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
         from packcfg.core.config import ConfigError, load_config
 
         try:
-            config = load_config([source, *args.config], args.override)
+            config = load_config([source, *args.config_files], args.overrides)
         except ConfigError as exc:
             raise PackingError(str(exc)) from None
         settings = settings_from_config(config, None, **overrides)
         return settings, config
-    if args.config or args.override:
+    if args.config_files or args.overrides:
         raise PackingError("-c/-o apply to an experiment YAML input, not to a data file")
     if args.capacity is None:
         raise PackingError(f"{source}: a data file needs --capacity N (the pack size in tokens)")

@@ -13,27 +13,14 @@ import os
 import subprocess
 import sys
 
+from packcfg.core.cli_args import add_merge_arguments
+
 DESCRIPTION = "Train a megatron-core GPT on packed (THD), in-batch packed or padded batches."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="experiment YAML")
-    parser.add_argument(
-        "-c",
-        "--config-file",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="extra YAML merged over CONFIG (repeatable, in order)",
-    )
-    parser.add_argument(
-        "-o",
-        "--override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="dotted override, e.g. -o train.train_iters=10 (repeatable)",
-    )
+    add_merge_arguments(parser, config_flags=("-c", "--config-file"))
     parser.add_argument("--output-dir", help="metrics folder (default: runs/<recipe.name>)")
     parser.add_argument(
         "--batching",
@@ -53,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from packcfg.core.config import ConfigError, load_config
 
     try:
-        config = load_config([args.config, *args.config_file], args.override)
+        config = load_config([args.config, *args.config_files], args.overrides)
     except ConfigError as exc:
         print(f"packcfg train: {exc}", file=sys.stderr)
         return 2
@@ -106,9 +93,9 @@ def _reexec_under_torchrun(nproc: int, config: dict, args: argparse.Namespace) -
 def _forwarded_arguments(args: argparse.Namespace) -> list[str]:
     """The same command for each rank (the ranks see RANK set, so they do not re-execute again)."""
     out = [args.config]
-    for path in args.config_file:
+    for path in args.config_files:
         out += ["-c", path]
-    for override in args.override:
+    for override in args.overrides:
         out += ["-o", override]
     if args.output_dir:
         out += ["--output-dir", args.output_dir]
