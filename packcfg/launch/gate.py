@@ -1,4 +1,4 @@
-"""The launch gate: lint the experiment; errors block unless each one's code is `--allow`ed.
+"""The launch gate: the shared lint gate (`packcfg.lint.gate`), plus what launch records of it.
 
 `--allow CODE` unblocks exactly the findings with that code; it is recorded (code, the findings it let
 through, who, when) in the bundle's manifest. An allow that matches no finding is reported and not
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packcfg.core.diagnostics import Diagnostic, Severity
+from packcfg.core.diagnostics import Diagnostic
 from packcfg.launch import LaunchError
 from packcfg.launch.bundle import AllowedRule, current_user
 
@@ -23,26 +23,14 @@ class GateResult:
     blocking: list[Diagnostic]
     allowed: list[AllowedRule]
     unused_allows: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return not self.blocking
 
     def summary(self) -> dict[str, Any]:
-        counts = {s.value: 0 for s in Severity}
-        for d in self.diagnostics:
-            counts[d.severity.value] += 1
-        return {"errors": counts["error"], "warnings": counts["warning"], "infos": counts["info"]}
-
-
-def normalise_codes(codes: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for raw in codes:
-        for part in raw.split(","):
-            code = part.strip().upper()
-            if code and code not in out:
-                out.append(code)
-    return out
+        return dict(self.counts)
 
 
 def run_gate(
@@ -55,29 +43,25 @@ def run_gate(
 ) -> GateResult:
     """Lint the merged config; findings at error severity block unless their code is allowed."""
     try:
-        from packcfg.lint.engine import lint_config
+        from packcfg.core.config import ConfigError
+        from packcfg.lint import gate
     except ImportError as exc:
         raise LaunchError(f"the lint gate is unavailable in this installation ({exc})") from None
-    from packcfg.core.config import ConfigError
-
     try:
-        diagnostics = lint_config(list(files), list(overrides), profile=profile)
+        result = gate.run_gate(files, overrides, allow=allow, profile=profile)
     except ConfigError as exc:
         raise LaunchError(str(exc)) from None
-    codes = normalise_codes(allow)
-    errors = [d for d in diagnostics if d.severity == Severity.ERROR]
-    blocking = [d for d in errors if d.code.upper() not in codes]
     user = current_user()
-    allowed: list[AllowedRule] = []
-    unused: list[str] = []
-    for code in codes:
-        hits = [d for d in errors if d.code.upper() == code]
-        if not hits:
-            unused.append(code)
-            continue
-        messages = tuple(f"{d.file}:{d.line}:{d.column}: {d.message}" for d in hits)
-        allowed.append(AllowedRule(code=code, messages=messages, by=user, at=when))
-    return GateResult(diagnostics, blocking, allowed, unused)
+    allowed = [
+        AllowedRule(
+            code=code,
+            messages=tuple(f"{d.file}:{d.line}:{d.column}: {d.message}" for d in hits),
+            by=user,
+            at=when,
+        )
+        for code, hits in result.allowed.items()
+    ]
+    return GateResult(result.diagnostics, result.blocking, allowed, result.unused_allows, result.summary())
 
 
 def format_diagnostics(result: GateResult, files: Sequence[str | Path]) -> str:
