@@ -369,14 +369,14 @@ SECTIONS: dict[str, dict[str, F]] = {
         "eval_micro_batch_size": F(POS),
         "eval_global_batch_size": F(POS),
         "eval_iters": F(NONNEG),
-        "eval_interval": F(POS),
-        "exit_interval": F(POS),
+        "eval_interval": F(NONNEG),  # 0 = off (Bridge training/train.py: `if ... and eval_interval`)
+        "exit_interval": F(NONNEG),  # 0 = off (train.py: `if cfg.train.exit_interval and ...`)
         "manual_gc": F(BOOL, False),
         "manual_gc_interval": F(NONNEG, 0),
     },
     "validation": {
         "eval_iters": F(NONNEG, 100),
-        "eval_interval": F(POS),
+        "eval_interval": F(NONNEG),  # 0 (or null) = no periodic evaluation (Bridge training/train.py:667-673)
         "skip_train": F(BOOL, False),
         "eval_micro_batch_size": F(POS),
         "eval_global_batch_size": F(POS),
@@ -416,7 +416,7 @@ SECTIONS: dict[str, dict[str, F]] = {
     },
     "checkpoint": {
         "save": F(STR),
-        "save_interval": F(POS),
+        "save_interval": F(NONNEG),  # 0 = no periodic save (Bridge training/train.py:1431-1434)
         "load": F(STR),
         "pretrained_checkpoint": F(STR),
         "finetune": F(BOOL, False),

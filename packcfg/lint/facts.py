@@ -68,6 +68,7 @@ class Facts:
     p_tuning: bool = False
     energon_dataset: bool = False
     defer_in_batch_packing: bool = False
+    vision_cuda_graph_impl: str | None = "none"
     is_moe: bool | None = None
     mtp_num_layers: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -127,10 +128,22 @@ def _class_name(target: Any) -> str:
     return target.rsplit(".", 1)[-1] if isinstance(target, str) else ""
 
 
+# Fields only an Energon dataset has (Bridge data/builders/energon.py EnergonDatasetConfig, v0.6.0): a dataset
+# section without `_target_` that sets one of them is read as Energon.
+ENERGON_ONLY_FIELDS = ("task_encoder",)
+
+
 def dataset_kind(dataset: dict[str, Any]) -> str | None:
-    """The dataset kind from `dataset._target_`'s class name (None when unknown)."""
+    """The dataset kind from `dataset._target_`'s class name (None when unknown).
+
+    Energon = a class named like Bridge's Energon datasets (`EnergonDatasetConfig`, the older `EnergonProvider`);
+    a module path that merely mentions energon (Bridge's diffusion `wan_energon_datamodule.WanDatasetConfig`)
+    does not count. Without `_target_`, an Energon-only field (`task_encoder`) marks an Energon dataset.
+    """
     cls = _class_name(dataset.get("_target_"))
     if not cls:
+        if any(dataset.get(k) is not None for k in ENERGON_ONLY_FIELDS):
+            return "energon"
         return None
     low = cls.lower()
     if "energon" in low:
@@ -157,6 +170,13 @@ def cuda_graph_module_list(value: Any) -> tuple[str, ...] | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(v.strip() for v in value if v.strip())
     return None
+
+
+def _impl(value: Any) -> str | None:
+    """A `*_cuda_graph_impl` value: absent or null is "none"; a non-string is unknown (SC002's concern)."""
+    if value is None:
+        return "none"
+    return value if isinstance(value, str) else None
 
 
 def _family(config: dict[str, Any]) -> tuple[Family | None, str | None]:
@@ -198,7 +218,11 @@ def derive(config: dict[str, Any], profile: str = "current") -> Facts:
         modes.append("offline")
     if dataset.get("enable_in_batch_packing") is True:
         modes.append("in_batch")
-    if dataset.get("packing_buffer_size") is not None:
+    kind = dataset_kind(dataset)
+    # energon_native: an Energon dataset with packing_buffer_size (Bridge training/config.py, v0.6.0:
+    # `isinstance(self.dataset, EnergonDatasetConfig) and packing_buffer_size is not None`); other providers
+    # that take packing_buffer_size (Bridge's diffusion DatasetProviders) pack on their own.
+    if kind == "energon" and dataset.get("packing_buffer_size") is not None:
         modes.append("energon_native")
     specs = dataset.get("offline_packing_specs")
     specs = specs if isinstance(specs, dict) else None
@@ -238,7 +262,6 @@ def derive(config: dict[str, Any], profile: str = "current") -> Facts:
     elif dist.get("eval_context_parallel_size") is not None:
         align = None  # a wrong-typed eval CP: M unknown
 
-    kind = dataset_kind(dataset)
     mode = recipe.get("mode") if isinstance(recipe.get("mode"), str) else None
     if mode is None:
         if isinstance(peft, dict):
@@ -354,6 +377,7 @@ def derive(config: dict[str, Any], profile: str = "current") -> Facts:
         p_tuning=p_tuning,
         energon_dataset=kind == "energon",
         defer_in_batch_packing=dataset.get("defer_in_batch_packing_to_step") is True,
+        vision_cuda_graph_impl=_impl(model.get("vision_cuda_graph_impl")),
         is_moe=is_moe,
         mtp_num_layers=as_int(model.get("mtp_num_layers"), None, minimum=0),
     )

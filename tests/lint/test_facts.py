@@ -97,6 +97,7 @@ def test_packing_modes() -> None:
     f = facts(
         {
             "dataset": {
+                "_target_": "megatron.bridge.data.builders.energon.EnergonDatasetConfig",
                 "enable_offline_packing": True,
                 "enable_in_batch_packing": True,
                 "packing_buffer_size": 8,
@@ -104,6 +105,10 @@ def test_packing_modes() -> None:
         }
     )
     assert f.packing_modes == ("offline", "in_batch", "energon_native")
+    # rules.md rev 3: packing_buffer_size on a non-Energon provider (Bridge's diffusion datasets) is no mode
+    diffusion = {"_target_": "m.wan.wan_energon_datamodule.WanDatasetConfig", "packing_buffer_size": 200}
+    assert facts({"dataset": diffusion}).packing_modes == ()
+    assert facts({"dataset": {"packing_buffer_size": 8, "task_encoder": {}}}).packing_mode == "energon_native"
     assert (
         facts({"dataset": {"packed_sequence_specs": {"packed_sequence_size": 8}}}).packing_mode == "offline"
     )

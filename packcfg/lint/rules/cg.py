@@ -8,6 +8,7 @@ from packcfg.core.diagnostics import Severity
 from packcfg.lint.context import RuleContext
 from packcfg.lint.registry import Finding, RuleDocs, rule
 from packcfg.lint.rules._examples import after, edit
+from packcfg.lint.facts import cuda_graph_module_list
 from packcfg.lint.rules._helpers import is_pos_int, spec_path
 
 UNPADDED = edit(("  dataset_kwargs:\n    pad_to_max_length: true\n", ""))
@@ -32,7 +33,7 @@ TE_GRAPHS = after(
         why="Padded cu_seqlens describe a fixed-width row; without fixed width they point past the data.",
         failing=edit(("  dataset_kwargs:\n    pad_to_max_length: true\n", ""), base=PADDED_CU),
         passing=PADDED_CU,
-        source="Bridge training/config.py:1283-1291",
+        source="Megatron Bridge training/config.py:1283-1291 (main 067f987)",
     ),
 )
 def cg501(ctx: RuleContext) -> Iterator[Finding]:
@@ -61,7 +62,7 @@ def cg501(ctx: RuleContext) -> Iterator[Finding]:
             "  calculate_per_token_loss: true",
             "  cuda_graph_impl: transformer_engine\n  cuda_graph_scope:\n  - mlp\n",
         ),
-        source="Bridge training/config.py:1293-1300",
+        source="Megatron Bridge training/config.py:1293-1300 (main 067f987)",
     ),
 )
 def cg502(ctx: RuleContext) -> Iterator[Finding]:
@@ -88,7 +89,7 @@ def cg502(ctx: RuleContext) -> Iterator[Finding]:
             "  cuda_graph_impl: transformer_engine\n  cuda_graph_scope:\n  - attn\n",
             base=PADDED_CU,
         ),
-        source="Bridge training/config.py:1302-1309",
+        source="Megatron Bridge training/config.py:1302-1309 (main 067f987)",
     ),
 )
 def cg503(ctx: RuleContext) -> Iterator[Finding]:
@@ -117,7 +118,7 @@ def cg503(ctx: RuleContext) -> Iterator[Finding]:
             base=PADDED_CU,
         ),
         passing=PADDED_CU,
-        source="Bridge data/datasets/packing/gpt_sft.py:75-81",
+        source="Megatron Bridge data/packing/gpt_sft.py:75-81 (main 067f987)",
     ),
 )
 def cg504(ctx: RuleContext) -> Iterator[Finding]:
@@ -138,8 +139,9 @@ MOE = edit(
         "  _target_: megatron.bridge.models.llama.llama_provider.Llama3ModelProvider8B\n",
         "  _target_: megatron.bridge.models.qwen.qwen_provider.Qwen3MoEModelProvider30B_A3B\n",
     ),
-    ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 4096\n    pad_seq_to_mult: 8\n"),
 )
+# Module names whose TE graph captures the MoE router (Bridge training/gpt_step.py _validate_packed_moe_cuda_graph)
+ROUTER_MODULES = frozenset({"moe", "moe_router", "moe_preprocess"})
 
 
 @rule(
@@ -147,8 +149,13 @@ MOE = edit(
     Severity.ERROR,
     "MoE + packed padding mask + router CUDA graphs",
     docs=RuleDocs(
-        what="An MoE model with a packed padding mask (`pad_seq_to_mult > 1`) and router-scoped TE CUDA graphs.",
-        why="The padding mask changes the routed token count per step, which the captured router graph cannot.",
+        what="An MoE model with offline packing (every offline packed batch carries a padding mask, whatever "
+        "`pad_seq_to_mult` is; in-batch packing carries one when `in_batch_packing_pad_to_multiple_of > 1`) "
+        "and Transformer Engine CUDA graphs that capture the router: a whole-layer scope (empty or `full`) or "
+        "one naming `moe`, `moe_router` or `moe_preprocess`.",
+        why="The captured router graph cannot consume the packed padding mask; Bridge's packed forward step "
+        "raises at the first step (\"Packed MoE padding masks do not support router-scoped Transformer Engine "
+        "CUDA graphs\").",
         failing=after(
             "  calculate_per_token_loss: true",
             "  cuda_graph_impl: transformer_engine\n  cuda_graph_scope:\n  - moe_router\n",
@@ -159,26 +166,39 @@ MOE = edit(
             "  cuda_graph_impl: transformer_engine\n  cuda_graph_scope:\n  - mlp\n",
             base=MOE,
         ),
-        source="Bridge training/gpt_step.py:184-198",
+        source="Megatron Bridge training/gpt_step.py:184-198 _validate_packed_moe_cuda_graph, called at 584-585 "
+        "(main 067f987); data/packing/gpt_sft.py:296 (offline packed batches always carry padding_mask)",
     ),
 )
 def cg505(ctx: RuleContext) -> Iterator[Finding]:
     f = ctx.facts
     if not f.packing or f.is_moe is not True or f.cuda_graph_impl != "transformer_engine":
         return
-    # the packed padding multiple: offline specs' pad_seq_to_mult, or in-batch packing's own multiple
-    if f.packing_mode == "in_batch":
-        key = "in_batch_packing_pad_to_multiple_of"
-        mult = ctx.get(("dataset", key), 1)
+    raw = ctx.get(("model", "cuda_graph_modules"), ctx.get(("model", "cuda_graph_scope")))
+    if cuda_graph_module_list(raw) is None:
+        return  # wrong-typed scope: SC002's concern
+    modules = {m for m in f.cuda_graph_modules if m not in ("full", "full_iteration", "full_iteration_inference")}
+    captures_router = not modules or bool(modules & ROUTER_MODULES)
+    if not captures_router:
+        return
+    if "offline" in f.packing_modes:
+        why = "offline packed batches always carry a padding mask"
     else:
-        key, mult = "pad_seq_to_mult", f.pad_seq_to_mult
-    if is_pos_int(mult) and mult > 1 and any("moe_router" in m for m in f.cuda_graph_modules):
-        yield Finding(
-            f"MoE with {key} {mult} (packed padding mask) and moe_router CUDA graphs fails",
-            at=("model", "cuda_graph_modules")
-            if ctx.has(("model", "cuda_graph_modules"))
-            else ("model", "cuda_graph_scope"),
-        )
+        mult = ctx.get(("dataset", "in_batch_packing_pad_to_multiple_of"), 1)
+        if not (is_pos_int(mult) and mult > 1):
+            return
+        why = f"in_batch_packing_pad_to_multiple_of {mult} gives every packed batch a padding mask"
+    scope = sorted(modules) if modules else "whole layer"
+    yield Finding(
+        f"MoE with {f.packing_mode} packing and Transformer Engine CUDA graphs capturing the router (scope "
+        f"{scope}) fails at the first step: {why}",
+        at=("model", "cuda_graph_modules")
+        if ctx.has(("model", "cuda_graph_modules"))
+        else ("model", "cuda_graph_scope")
+        if ctx.has(("model", "cuda_graph_scope"))
+        else ("model", "cuda_graph_impl"),
+        hint="use an attention-only scope (cuda_graph_scope: [attn]) or turn CUDA graphs off",
+    )
 
 
 FULL_ITER = after(
@@ -198,7 +218,7 @@ FULL_ITER = after(
         why="The NaN check reads the loss on the host inside the captured iteration.",
         failing=FULL_ITER,
         passing=FULL_ITER + "rerun_state_machine:\n  check_for_nan_in_loss: false\n",
-        source="Bridge training/config.py:1508-1513",
+        source="Megatron Bridge training/config.py:1508-1513 (main 067f987; v0.6.0: 1364-1369)",
     ),
 )
 def cg506(ctx: RuleContext) -> Iterator[Finding]:
@@ -210,3 +230,51 @@ def cg506(ctx: RuleContext) -> Iterator[Finding]:
             + ("" if ctx.has(key) else " (Bridge's default is true)"),
             at=key if ctx.has(key) else ("model", "cuda_graph_impl"),
         )
+
+
+LOCAL_SCOPED = after(
+    "  calculate_per_token_loss: true",
+    "  cuda_graph_impl: local\n  cuda_graph_scope:\n  - attn\n",
+)
+
+
+@rule(
+    "CG507",
+    Severity.ERROR,
+    "local CUDA graphs only for full iteration",
+    docs=RuleDocs(
+        what="`model.cuda_graph_impl: local` without `full_iteration` in `cuda_graph_modules`/`cuda_graph_scope`. "
+        "(A local graph with no training scope and an `inference_cuda_graph_scope` of `layer` or `block` is "
+        "an inference graph and is allowed.)",
+        why="Megatron Bridge supports the local CUDA graph implementation only for full-iteration capture; "
+        "scoped capture such as `attn` or `mlp` goes through Transformer Engine. Bridge's "
+        "validate_cuda_graph_configuration() raises before training.",
+        failing=LOCAL_SCOPED,
+        passing=after(
+            "  calculate_per_token_loss: true",
+            "  cuda_graph_impl: transformer_engine\n  cuda_graph_scope:\n  - attn\n",
+            base=PADDED_CU,
+        ),
+        source="Megatron Bridge utils/cuda_graph.py:134-153 validate_cuda_graph_configuration (v0.6.0 and "
+        "main 067f987), called from training/config.py:1399 and 1514 and models/gpt_provider.py:233 "
+        "(main 067f987)",
+    ),
+)
+def cg507(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if f.cuda_graph_impl != "local" or f.full_iteration_graph:
+        return
+    raw = ctx.get(("model", "cuda_graph_modules"), ctx.get(("model", "cuda_graph_scope")))
+    if cuda_graph_module_list(raw) is None:
+        return  # wrong-typed scope: SC002's concern
+    modules = [m for m in f.cuda_graph_modules if m not in ("full", "full_iteration_inference")]
+    inference = cuda_graph_module_list(ctx.get(("model", "inference_cuda_graph_scope"))) or ()
+    if not modules and {"layer", "block"} & set(inference):
+        return  # a local inference graph (Bridge allows it)
+    shown = f" with scope {modules}" if modules else ""
+    yield Finding(
+        f"cuda_graph_impl 'local'{shown} is supported by Megatron Bridge only for full-iteration CUDA graphs",
+        at=("model", "cuda_graph_impl"),
+        hint="use cuda_graph_impl: transformer_engine for scoped capture (attn, mlp, ...), or "
+        "cuda_graph_impl: full_iteration",
+    )

@@ -53,7 +53,7 @@ def _m_words(ctx: RuleContext) -> str:
             base=_cp2(),
         ),
         passing=_cp2(),
-        source="Bridge training/config.py:1574-1577; seed pitfall 2",
+        source="Megatron Bridge training/config.py:1574-1577 (main 067f987); docs/training/packed-sequences.md",
     ),
 )
 def cp201(ctx: RuleContext) -> Iterator[Finding]:
@@ -98,7 +98,7 @@ train:
             "  seq_length: 4096\n  enable_in_batch_packing", "  seq_length: 4090\n  enable_in_batch_packing"
         ),
         passing=IN_BATCH_CP,
-        source="Bridge training/config.py:1354-1372; seed pitfall 2",
+        source="Megatron Bridge training/config.py:1354-1372 (main 067f987; v0.6.0: 1211-1229)",
     ),
 )
 def cp202(ctx: RuleContext) -> Iterator[Finding]:
@@ -123,7 +123,7 @@ def cp202(ctx: RuleContext) -> Iterator[Finding]:
         failing=_cp2("    pad_seq_to_mult: 2\n"),
         passing=_cp2(),
         fixed=_cp2(),
-        source="TransformerEngine issue 1930; Bridge run_recipe sync; seed 'pad_seq_to_mult = 2*CP(*TP)'",
+        source="TransformerEngine issue 1930; Megatron Bridge docs/training/packed-sequences.md, \"Choosing the Offline Pack Length\" (main 067f987): pad_seq_to_mult = lcm(cp_multiple, sp_multiple)",
     ),
 )
 def cp203(ctx: RuleContext) -> Iterator[Finding]:
@@ -160,7 +160,7 @@ def cp203(ctx: RuleContext) -> Iterator[Finding]:
             base=_cp2("    pad_seq_to_mult: 4\n    max_single_sequence_length: 4096\n"),
         ),
         passing=_cp2(),
-        source="TransformerEngine thd_get_partitioned_indices",
+        source="TransformerEngine pytorch/attention thd_get_partitioned_indices (context-parallel THD split)",
     ),
 )
 def cp204(ctx: RuleContext) -> Iterator[Finding]:
@@ -189,7 +189,7 @@ def cp204(ctx: RuleContext) -> Iterator[Finding]:
             "  cp_comm_type: a2a+p2p\n  hierarchical_context_parallel_sizes:\n  - 2\n  - 1\n",
             base=_cp2(),
         ),
-        source="Bridge training/config.py:1665-1697",
+        source="Megatron Bridge training/config.py:1665-1697 (main 067f987)",
     ),
 )
 def cp205(ctx: RuleContext) -> Iterator[Finding]:

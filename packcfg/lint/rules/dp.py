@@ -37,7 +37,7 @@ IN_BATCH_KEY = ("dataset", "enable_in_batch_packing")
                 "    pad_to_max_length: true\n  enable_offline_packing: true\n",
             ),
         ),
-        source="Bridge training/config.py (FinetuningDatasetConfig)",
+        source="Megatron Bridge training/config.py, FinetuningDatasetConfig (main 067f987)",
     ),
 )
 def dp801(ctx: RuleContext) -> Iterator[Finding]:
@@ -75,7 +75,7 @@ def dp801(ctx: RuleContext) -> Iterator[Finding]:
         ),
         passing=IN_BATCH,
         fixed=IN_BATCH,
-        source="Bridge training/config.py (in-batch packing)",
+        source="Megatron Bridge training/config.py, in-batch packing fields (main 067f987)",
     ),
 )
 def dp802(ctx: RuleContext) -> Iterator[Finding]:
@@ -115,7 +115,7 @@ def dp802(ctx: RuleContext) -> Iterator[Finding]:
                 "    packed_sequence_size: 4096\n    packed_train_data_path: packed/train.parquet\n",
             )
         ),
-        source="Bridge data/datasets/packing/config.py",
+        source="Megatron Bridge data/packing/config.py (main 067f987)",
     ),
 )
 def dp803(ctx: RuleContext) -> Iterator[Finding]:

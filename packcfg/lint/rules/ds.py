@@ -33,7 +33,7 @@ PACKED_SUFFIXES = (".parquet", ".pq", ".npy")
         ),
         passing=BASE,
         fixed=BASE,
-        source="Bridge training/config.py:1629-1648",
+        source="Megatron Bridge training/config.py:1629-1648 (main 067f987)",
     ),
 )
 def ds701(ctx: RuleContext) -> Iterator[Finding]:
@@ -72,7 +72,7 @@ def ds701(ctx: RuleContext) -> Iterator[Finding]:
                 "    packed_sequence_size: 4096\n    max_single_sequence_length: 4096\n",
             )
         ),
-        source="Bridge data/datasets/packing/config.py:69-73",
+        source="Megatron Bridge data/packing/config.py:49-53 (main 067f987)",
     ),
 )
 def ds702(ctx: RuleContext) -> Iterator[Finding]:
@@ -107,7 +107,7 @@ def ds702(ctx: RuleContext) -> Iterator[Finding]:
         passing=edit(
             ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 4096\n    pad_seq_to_mult: 8\n")
         ),
-        source="Bridge data/datasets/packing/config.py:67; offline.py:174",
+        source="Megatron Bridge data/packing/config.py:47-48 and data/packing/offline.py:174 (main 067f987)",
     ),
 )
 def ds703(ctx: RuleContext) -> Iterator[Finding]:
@@ -164,7 +164,7 @@ def _is_packed_path(path: str) -> bool:
                 "    packed_sequence_size: 4096\n    packed_train_data_path: packed/train.parquet\n",
             )
         ),
-        source="Bridge data/datasets/packing/config.py:75-107",
+        source="Megatron Bridge data/packing/config.py (main 067f987, packed path checks)",
     ),
 )
 def ds704(ctx: RuleContext) -> Iterator[Finding]:
@@ -201,12 +201,13 @@ def _exists(ctx: RuleContext, value: str) -> bool:
     "packed_sequence_size differs from seq_length",
     docs=RuleDocs(
         what="`offline_packing_specs.packed_sequence_size != seq_length`.",
-        why="Allowed, but it changes memory per step and what a batch means; the seed and Bridge docs say match them.",
+        why="Allowed, but it changes memory per step and what a batch means; Bridge's packed-sequence guide says to "
+        "keep model, dataset and packed sequence lengths equal.",
         failing=edit(
             ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 8192\n"),
         ),
         passing=BASE,
-        source="seed 'match seq_length'",
+        source="Megatron Bridge docs/training/packed-sequences.md, \"Choosing the Offline Pack Length\" (main 067f987): keep model, dataset and packed sequence lengths equal",
     ),
 )
 def ds705(ctx: RuleContext) -> Iterator[Finding]:
@@ -229,7 +230,7 @@ def ds705(ctx: RuleContext) -> Iterator[Finding]:
         why="Samples longer than a pack cannot be placed: Bridge fails with a KeyError while filling packs.",
         failing=edit(("    packed_sequence_size: 4096\n", "    packed_sequence_size: 2048\n")),
         passing=BASE,
-        source="Bridge data/datasets/packing offline.py / algorithms.py",
+        source="Megatron Bridge data/packing/offline.py and data/packing/algorithms.py (main 067f987)",
     ),
 )
 def ds706(ctx: RuleContext) -> Iterator[Finding]:
@@ -258,10 +259,11 @@ def ds706(ctx: RuleContext) -> Iterator[Finding]:
     "offline packing without pad_to_max_length",
     docs=RuleDocs(
         what="Offline packing without `pad_to_max_length` (dataset.pad_to_max_length or dataset_kwargs).",
-        why="Fixed width is required with CUDA graphs and fixed-width kernels, and recommended by the seed enablement.",
+        why="Fixed width is required with CUDA graphs and fixed-width kernels (Bridge's packed-sequence guide), "
+        "and Bridge's model verification cards pack with it.",
         failing=edit(("  dataset_kwargs:\n    pad_to_max_length: true\n", "")),
         passing=BASE,
-        source="seed enablement; card.yaml",
+        source="Megatron Bridge docs/training/packed-sequences.md (main 067f987): pad_to_max_length for CUDA graphs and fixed-width kernels; examples/model_verification_cards/*/card.yaml",
     ),
 )
 def ds707(ctx: RuleContext) -> Iterator[Finding]:

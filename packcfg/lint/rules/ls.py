@@ -30,7 +30,7 @@ CP2_PADDED = edit(
         ),
         passing=CP2_PADDED,
         fixed=CP2_PADDED,
-        source="Bridge training/config.py:1578-1593; seed pitfall 3",
+        source="Megatron Bridge training/config.py:1578-1593 (main 067f987; v0.3.1: 1550-1556)",
     ),
 )
 def ls301(ctx: RuleContext) -> Iterator[Finding]:
@@ -59,7 +59,7 @@ def ls301(ctx: RuleContext) -> Iterator[Finding]:
         failing=CP2_PADDED + "ddp:\n  average_in_collective: true\n",
         passing=CP2_PADDED + "ddp:\n  average_in_collective: false\n",
         fixed=CP2_PADDED + "ddp:\n  average_in_collective: false\n",
-        source="Bridge training/config.py:1594-1596; seed pitfall 3",
+        source="Megatron Bridge training/config.py:1594-1596 (main 067f987; v0.3.1: 1557-1559)",
     ),
 )
 def ls302(ctx: RuleContext) -> Iterator[Finding]:
@@ -91,7 +91,7 @@ FSDP2 = after(
         why="FSDP v2 does not support per-token loss, so CP fine-tuning (which needs it) cannot use FSDP v2.",
         failing=FSDP2,
         passing=edit(("  megatron_fsdp_version: 2\n", "  megatron_fsdp_version: 1\n"), base=FSDP2),
-        source="Bridge training/config.py:1183",
+        source="Megatron Bridge training/config.py:1183 (main 067f987)",
     ),
 )
 def ls303(ctx: RuleContext) -> Iterator[Finding]:
@@ -106,23 +106,28 @@ def ls303(ctx: RuleContext) -> Iterator[Finding]:
 
 @rule(
     "LS304",
-    Severity.WARNING,
-    "cross-entropy fusion with CP",
+    Severity.INFO,
+    "cross-entropy fusion with CP in packed fine-tuning",
     docs=RuleDocs(
-        what="`model.cross_entropy_loss_fusion: true` (GPTModelProvider's default) with `CP > 1`.",
-        why="Bridge's recipes turn the fused cross entropy off with context parallelism as incompatible.",
+        what="`model.cross_entropy_loss_fusion: true` (GPTModelProvider's default) with `CP > 1` in a "
+        "fine-tuning config with packing on. Never on pretraining configs.",
+        why="Some of Bridge's fine-tuning recipes turn the fused cross entropy off with context parallelism; "
+        "Bridge's own CP recipes elsewhere keep it on, so this is advice only.",
         failing=edit(
             ("  cross_entropy_loss_fusion: false\n", "  cross_entropy_loss_fusion: true\n"), base=CP2_PADDED
         ),
         passing=CP2_PADDED,
-        source="Bridge recipes/qwen/h100/qwen3.py:708",
+        source="Megatron Bridge recipes/qwen/h100/qwen3.py:706-708 (main 067f987)",
     ),
 )
 def ls304(ctx: RuleContext) -> Iterator[Finding]:
     f = ctx.facts
+    if not f.is_finetuning or f.mode == "pretrain" or not f.packing:
+        return
     if f.cp is not None and f.cp > 1 and f.cross_entropy_loss_fusion is True:
         shown = "true" if ctx.has(("model", "cross_entropy_loss_fusion")) else "true (default)"
         yield Finding(
-            f"model.cross_entropy_loss_fusion is {shown} with CP {f.cp}; Bridge's recipes turn it off with CP",
+            f"model.cross_entropy_loss_fusion is {shown} with CP {f.cp} and {f.packing_mode} packing; some Bridge "
+            "fine-tuning recipes turn it off with CP",
             at=("model", "cross_entropy_loss_fusion"),
         )

@@ -80,7 +80,7 @@ train:
             base=QWEN3_NEXT,
         ),
         passing=QWEN3_NEXT,
-        source="Bridge recipes qwen3_next.py:150, glm45.py:289, deepseek_v4.py:301",
+        source="Megatron Bridge recipes qwen3_next.py:150, glm45.py:289, deepseek_v4.py:301 (main 067f987)",
     ),
 )
 def mf401(ctx: RuleContext) -> Iterator[Finding]:
@@ -116,7 +116,7 @@ QWEN3_VL = "megatron.bridge.models.qwen_vl.qwen3_vl_provider.Qwen3VLModelProvide
         why="Their collate functions raise when asked to pack.",
         failing=_vlm("qwen3_omni", OMNI, "  enable_in_batch_packing: true\n"),
         passing=_vlm("qwen3_omni", OMNI, "  enable_in_batch_packing: false\n"),
-        source="collate_fn.py of the Qwen3-Omni and Nemotron-VL models",
+        source="Megatron Bridge collate_fn.py of the Qwen3-Omni and Nemotron-VL models (main 067f987)",
     ),
 )
 def mf402(ctx: RuleContext) -> Iterator[Finding]:
@@ -135,7 +135,7 @@ def mf402(ctx: RuleContext) -> Iterator[Finding]:
         why="Nobody has shown packed training to be correct for them; expect wrong masks or position ids.",
         failing=_vlm("gemma3_vl", GEMMA3_VL, "  enable_in_batch_packing: true\n"),
         passing=_vlm("gemma3_vl", GEMMA3_VL, "  enable_in_batch_packing: false\n"),
-        source="the families' Bridge recipes",
+        source="the Megatron Bridge recipes of those families (main 067f987)",
     ),
 )
 def mf403(ctx: RuleContext) -> Iterator[Finding]:
@@ -167,7 +167,7 @@ def mf403(ctx: RuleContext) -> Iterator[Finding]:
         passing=_vlm(
             "qwen3_vl", QWEN3_VL, "  enable_in_batch_packing: true\n  defer_in_batch_packing_to_step: true\n"
         ),
-        source="Bridge training/qwen3vl_step.py:65, training/vlm_step.py:223",
+        source="Megatron Bridge models/qwen_vl/qwen3_vl_step.py and training/vlm_step.py:223-226 (main 067f987)",
     ),
 )
 def mf404(ctx: RuleContext) -> Iterator[Finding]:
@@ -197,7 +197,7 @@ def mf404(ctx: RuleContext) -> Iterator[Finding]:
         "tokens across packed sequences in the MTP roll under THD + CP.",
         failing=after("  calculate_per_token_loss: true", "  mtp_num_layers: 1\n"),
         passing=after("  calculate_per_token_loss: true", "  mtp_num_layers: 0\n"),
-        source="seed pitfall 4; Bridge docs/training/multi-token-prediction.md; Megatron-LM PR 4494",
+        source="Megatron Bridge docs/training/multi-token-prediction.md (main 067f987); Megatron-LM PR 4494",
     ),
 )
 def mf410(ctx: RuleContext) -> Iterator[Finding]:
@@ -229,7 +229,7 @@ def mf410(ctx: RuleContext) -> Iterator[Finding]:
             ("    pad_to_max_length: true\n", "    pad_to_max_length: true\n    virtual_tokens: 10\n")
         ),
         passing=BASE,
-        source="Bridge data/datasets/packing/gpt_sft.py:70",
+        source="Megatron Bridge data/packing/gpt_sft.py:70 (main 067f987)",
     ),
 )
 def mf420(ctx: RuleContext) -> Iterator[Finding]:
@@ -255,7 +255,7 @@ PEFT = edit(("  mode: sft\n", "  mode: peft\n")) + (
         why="Adapters are trained on top of frozen base weights; Bridge asserts the base checkpoint is given.",
         failing=PEFT,
         passing=PEFT + "checkpoint:\n  pretrained_checkpoint: /checkpoints/llama3_8b\n",
-        source="Bridge training/config.py:1626",
+        source="Megatron Bridge training/config.py:1626 (main 067f987)",
     ),
 )
 def mf430(ctx: RuleContext) -> Iterator[Finding]:

@@ -64,7 +64,7 @@ train:
             )
         ),
         passing=BASE,
-        source="Bridge training/config.py:1276 (V3); data/energon.py:180",
+        source="Megatron Bridge training/config.py:1276-1277 (main 067f987; v0.6.0: 1153-1154); data/builders/energon.py EnergonDatasetConfig.validate()",
     ),
 )
 def pk101(ctx: RuleContext) -> Iterator[Finding]:
@@ -86,7 +86,7 @@ def pk101(ctx: RuleContext) -> Iterator[Finding]:
         why="Without specs Bridge has no pack size; specs without the flag are silently ignored (no packing).",
         failing=edit(("  offline_packing_specs:\n    packed_sequence_size: 4096\n", "")),
         passing=BASE,
-        source="Bridge training/config.py:1278-1281",
+        source="Megatron Bridge training/config.py:1278-1281 (main 067f987; v0.6.0: 1155-1158)",
     ),
 )
 def pk102(ctx: RuleContext) -> Iterator[Finding]:
@@ -115,7 +115,7 @@ def pk102(ctx: RuleContext) -> Iterator[Finding]:
         why="Bridge's default is -1 (no packing); a non-positive or non-integer size cannot be packed into.",
         failing=edit(("    packed_sequence_size: 4096\n", "    packed_sequence_size: 0\n")),
         passing=BASE,
-        source="Bridge training/config.py:1600; data/datasets/packing/gpt_sft.py:198",
+        source="Megatron Bridge training/config.py:1600-1603 and data/packing/gpt_sft.py:198 (main 067f987)",
     ),
 )
 def pk103(ctx: RuleContext) -> Iterator[Finding]:
@@ -151,7 +151,7 @@ def pk103(ctx: RuleContext) -> Iterator[Finding]:
             ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 16384\n"),
             ("  global_batch_size: 128\n", "  global_batch_size: 32\n"),
         ),
-        source="Bridge training/config.py:1604-1617; seed pitfall 1",
+        source="Megatron Bridge training/config.py:1604-1617 (main 067f987); docs/training/packed-sequences.md, \"Stable Constraints\"",
     ),
 )
 def pk110(ctx: RuleContext) -> Iterator[Finding]:
@@ -193,7 +193,7 @@ def pk110(ctx: RuleContext) -> Iterator[Finding]:
         why="With MBS 1 there is nothing to pack; Bridge rejects the config.",
         failing=edit(("  micro_batch_size: 4\n", "  micro_batch_size: 1\n"), base=IN_BATCH),
         passing=IN_BATCH,
-        source="Bridge training/config.py:1619-1624; seed pitfall 1",
+        source="Megatron Bridge training/config.py:1619-1624 (main 067f987); docs/training/packed-sequences.md, \"Stable Constraints\"",
     ),
 )
 def pk111(ctx: RuleContext) -> Iterator[Finding]:
@@ -222,7 +222,7 @@ def pk111(ctx: RuleContext) -> Iterator[Finding]:
             base=ENERGON,
         ),
         passing=ENERGON,
-        source="Bridge training/config.py:1319-1329",
+        source="Megatron Bridge training/config.py:1319-1329 (main 067f987; v0.6.0: 1195-1201)",
     ),
 )
 def pk112(ctx: RuleContext) -> Iterator[Finding]:
@@ -251,7 +251,7 @@ def pk112(ctx: RuleContext) -> Iterator[Finding]:
         "(`max_seqlen_q must contain exactly one value`); the run dies at its first evaluation.",
         failing=BASE + "validation:\n  eval_micro_batch_size: 2\n",
         passing=BASE + "validation:\n  eval_micro_batch_size: 1\n",
-        source="Bridge gpt_step / utils/packed_seq_utils.py (runtime)",
+        source="Megatron Bridge training/gpt_step.py and training/utils/packed_seq_utils.py (main 067f987, at run time)",
     ),
 )
 def pk113(ctx: RuleContext) -> Iterator[Finding]:
@@ -264,19 +264,34 @@ def pk113(ctx: RuleContext) -> Iterator[Finding]:
         )
 
 
+# Bridge at main 067f987 (2026-08-22), training/config.py ConfigContainer.validate(), lines 1327-1345: the
+# requirements of Energon-native packing, and data/builders/energon.py EnergonDatasetConfig.validate() for the
+# task encoder and deferral. Energon-native packing is new after v0.6.0; older Bridge has no such mode.
+PK120_SOURCE = (
+    "Megatron Bridge training/config.py ConfigContainer.validate() (main 067f987, 2026-08-22, lines 1327-1345); "
+    "data/builders/energon.py EnergonDatasetConfig.validate() (same commit)"
+)
+
+
 @rule(
     "PK120",
     Severity.ERROR,
     "Energon-native packing requirements",
     docs=RuleDocs(
-        what="Energon-native packing requires per-token loss, `ddp.average_in_collective: false`, no CUDA graphs, "
-        "PP 1, no Qwen3-VL DistTrain, a Qwen-VL task encoder and no deferred in-batch packing.",
-        why="Each is checked by Bridge or the Energon provider; one diagnostic per violated requirement.",
+        what="Energon-native packing (an Energon dataset, i.e. `dataset._target_` naming `EnergonDatasetConfig` or "
+        "an Energon provider, or a dataset with Energon-only fields such as `task_encoder`, with "
+        "`packing_buffer_size` set) requires per-token loss, `ddp.average_in_collective: false`, no CUDA graphs "
+        "(`cuda_graph_impl` none), no vision CUDA graphs (`vision_cuda_graph_impl` none), no multi-token "
+        "prediction (`mtp_num_layers` 0), PP 1, no Qwen3-VL DistTrain, a Qwen-VL task encoder and no deferred "
+        "in-batch packing. Other dataset providers that take `packing_buffer_size` (Bridge's diffusion "
+        "`DatasetProvider`s) are not Energon-native packing.",
+        why="Bridge's validate() rejects each of these before training; one diagnostic per violated requirement "
+        "so that every change is listed at once.",
         failing=edit(
             ("  calculate_per_token_loss: true\n", "  calculate_per_token_loss: false\n"), base=ENERGON
         ),
         passing=ENERGON,
-        source="Bridge training/config.py:1330-1344; data/energon.py:185-204",
+        source=PK120_SOURCE,
     ),
 )
 def pk120(ctx: RuleContext) -> Iterator[Finding]:
@@ -293,17 +308,38 @@ def pk120(ctx: RuleContext) -> Iterator[Finding]:
             "Energon-native packing needs ddp.average_in_collective: false",
             at=("ddp", "average_in_collective"),
         )
+    if f.mtp_num_layers is not None and f.mtp_num_layers > 0:
+        yield Finding(
+            f"Energon-native packing does not support multi-token prediction (model.mtp_num_layers {f.mtp_num_layers})",
+            at=("model", "mtp_num_layers"),
+            hint="set model.mtp_num_layers to 0 (or null), or drop dataset.packing_buffer_size",
+        )
     if f.any_cuda_graph:
         yield Finding(
             f"Energon-native packing does not support CUDA graphs (cuda_graph_impl {value_repr(f.cuda_graph_impl)})",
-            at=("model", "cuda_graph_impl"),
+            at=("model", "cuda_graph_impl")
+            if ctx.has(("model", "cuda_graph_impl")) or not ctx.has(("model", "enable_cuda_graph"))
+            else ("model", "enable_cuda_graph"),
+        )
+    if f.vision_cuda_graph_impl not in (None, "none"):
+        yield Finding(
+            "Energon-native packing does not support vision CUDA graphs "
+            f"(model.vision_cuda_graph_impl {value_repr(f.vision_cuda_graph_impl)})",
+            at=("model", "vision_cuda_graph_impl"),
+            hint="set model.vision_cuda_graph_impl: none",
         )
     if f.pp is not None and f.pp > 1:
         yield Finding(
             f"Energon-native packing needs pipeline_model_parallel_size 1, got {f.pp}",
             at=("model", "pipeline_model_parallel_size"),
         )
-    # Qwen3-VL DistTrain: Bridge's spelling is not pinned down; accept the ones seen in its recipes and docs
+    # Qwen3-VL DistTrain: Bridge reads model.dist_train.use_dist_train; older spellings are accepted too
+    dist_train = ctx.get(("model", "dist_train"))
+    if isinstance(dist_train, dict) and dist_train.get("use_dist_train") is True:
+        yield Finding(
+            "Energon-native packing does not support Qwen3-VL DistTrain (model.dist_train.use_dist_train)",
+            at=("model", "dist_train", "use_dist_train"),
+        )
     for key in DISTTRAIN_KEYS:
         if ctx.get(("model", key)) not in (None, False, {}):
             yield Finding(
@@ -316,11 +352,44 @@ def pk120(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding(
             f"Energon-native packing needs a Qwen-VL task encoder, got {value_repr(name or target)}",
             at=("dataset", "task_encoder"),
+            hint="use megatron.bridge.data.builders.energon.QwenVLEnergonTaskEncoderConfig",
         )
     if f.defer_in_batch_packing:
         yield Finding(
             "Energon-native packing cannot be combined with dataset.defer_in_batch_packing_to_step: true",
             at=("dataset", "defer_in_batch_packing_to_step"),
+        )
+
+
+@rule(
+    "PK121",
+    Severity.ERROR,
+    "Energon evaluation micro-batch size",
+    docs=RuleDocs(
+        what="An Energon dataset whose own `dataset.micro_batch_size` differs from "
+        "`validation.eval_micro_batch_size` (when that is set and the dataset validates: `do_validation` true, "
+        "Bridge's default).",
+        why="Energon builds the validation loader with its one micro-batch size; Bridge's validate() rejects a "
+        "different evaluation micro-batch size before training starts.",
+        failing=ENERGON + "validation:\n  eval_micro_batch_size: 2\n",
+        passing=ENERGON + "validation:\n  eval_micro_batch_size: 1\n",
+        source="Megatron Bridge training/config.py ConfigContainer.validate() (v0.6.0, lines 1298-1307; "
+        "main 067f987, lines 1443-1451)",
+    ),
+)
+def pk121(ctx: RuleContext) -> Iterator[Finding]:
+    f = ctx.facts
+    if not f.energon_dataset or f.eval_mbs is None:
+        return
+    if ctx.get(("dataset", "do_validation"), True) is False:
+        return
+    own = ctx.get(("dataset", "micro_batch_size"))
+    if is_pos_int(own) and own != f.eval_mbs:
+        yield Finding(
+            f"dataset.micro_batch_size is {own} but validation.eval_micro_batch_size is {f.eval_mbs}; "
+            "an Energon dataset needs them equal",
+            at=("validation", "eval_micro_batch_size"),
+            hint=f"set validation.eval_micro_batch_size: {own} (or remove it: it defaults to train.micro_batch_size)",
         )
 
 
@@ -413,7 +482,8 @@ GEMMA2 = edit(
         why="Megatron Core's local DotProductAttention rejects qkv_format=thd.",
         failing=after("  calculate_per_token_loss: true", "  transformer_impl: local\n"),
         passing=BASE,
-        source="Megatron Core DotProductAttention; Bridge gemma2_provider.py:187",
+        source="Megatron Core transformer/dot_product_attention.py DotProductAttention; Megatron Bridge "
+        "models/gemma/gemma2_provider.py:185-189 (main 067f987)",
     ),
 )
 def pk140(ctx: RuleContext) -> Iterator[Finding]:

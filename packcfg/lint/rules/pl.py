@@ -25,7 +25,7 @@ LAUNCH = BASE + "launch:\n  backend: slurm\n  nodes: 2\n  gpus_per_node: 8\n"
             base=after("  calculate_per_token_loss: true", "  tensor_model_parallel_size: 4\n", base=LAUNCH),
         ),
         passing=LAUNCH,
-        source="Bridge training/config.py:1013-1027",
+        source="Megatron Bridge training/config.py:1013-1027 (main 067f987)",
     ),
 )
 def pl601(ctx: RuleContext) -> Iterator[Finding]:
@@ -51,7 +51,7 @@ def pl601(ctx: RuleContext) -> Iterator[Finding]:
         why="Megatron Core's micro-batch calculator needs a whole number of micro-batches per rank.",
         failing=edit(("  global_batch_size: 128\n", "  global_batch_size: 100\n"), base=LAUNCH),
         passing=LAUNCH,
-        source="Megatron Core microbatch calculator; Bridge training/config.py:1433-1478",
+        source="Megatron Core num_microbatches_calculator.py; Megatron Bridge training/config.py:1433-1478 (main 067f987)",
     ),
 )
 def pl602(ctx: RuleContext) -> Iterator[Finding]:
@@ -98,22 +98,29 @@ def pl602(ctx: RuleContext) -> Iterator[Finding]:
 
 @rule(
     "PL603",
-    Severity.ERROR,
-    "sequence parallel needs TP > 1",
+    Severity.INFO,
+    "sequence parallel with TP 1 is turned off",
     docs=RuleDocs(
-        what="`model.sequence_parallel: true` requires `tensor_model_parallel_size > 1`.",
-        why="Sequence parallelism shards activations across the tensor-parallel group; with TP 1 there is none.",
+        what="`model.sequence_parallel: true` with `tensor_model_parallel_size: 1`: Bridge's "
+        "`TransformerConfig.finalize()` turns sequence parallelism off, so the setting has no effect.",
+        why="Sequence parallelism shards activations across the tensor-parallel group; with TP 1 there is none. "
+        "Bridge (v0.4.0 on) switches it off silently and ships recipes that set it at TP 1, so this is advice: "
+        "the run is fine, but the config says something it does not do (and SP terms drop out of the CP "
+        "alignment multiple). Megatron Core alone, and Bridge before v0.4.0, reject the combination.",
         failing=after("  calculate_per_token_loss: true", "  sequence_parallel: true\n"),
         passing=after("  calculate_per_token_loss: true", "  sequence_parallel: false\n"),
-        source="Megatron Core TransformerConfig",
+        source="Megatron Bridge models/transformer_config.py TransformerConfig.finalize() (main 067f987, line "
+        "175; since v0.4.0); Megatron Core ModelParallelConfig.__post_init__",
     ),
 )
 def pl603(ctx: RuleContext) -> Iterator[Finding]:
     f = ctx.facts
     if f.sp is True and f.tp == 1:
         yield Finding(
-            "model.sequence_parallel is true but tensor_model_parallel_size is 1",
+            "model.sequence_parallel is true but tensor_model_parallel_size is 1: Bridge's "
+            "TransformerConfig.finalize() turns sequence parallelism off",
             at=("model", "sequence_parallel"),
+            hint="set model.sequence_parallel: false (or raise tensor_model_parallel_size) to say what runs",
         )
 
 
@@ -197,7 +204,7 @@ def pl605(ctx: RuleContext) -> Iterator[Finding]:
             base=edit(("  dataset_kwargs:\n    pad_to_max_length: true\n", "")),
         ),
         passing=after("  calculate_per_token_loss: true", "  pipeline_model_parallel_size: 2\n"),
-        source="Bridge training/config.py:1347-1352",
+        source="Megatron Bridge training/config.py:1347-1352 (main 067f987)",
     ),
 )
 def pl606(ctx: RuleContext) -> Iterator[Finding]:

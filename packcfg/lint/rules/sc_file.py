@@ -30,8 +30,9 @@ train:
     docs=RuleDocs(
         what=(
             "The file is not one valid YAML mapping: a syntax error, bytes that are not UTF-8, a key set twice "
-            "in one mapping, tab characters used for indentation, several `---` documents, an empty file, or a "
-            "top level that is a list or a scalar instead of sections. The diagnostic points at the line and "
+            "in one mapping, tab characters used for indentation, several `---` documents, or a top level that "
+            "is a list or a scalar instead of sections. An empty or comment-only file parses: it is an empty "
+            "mapping (a no-op override file), as OmegaConf loads it. The diagnostic points at the line and "
             "column where the problem starts (for a duplicate key: the second one)."
         ),
         why=(
@@ -40,7 +41,8 @@ train:
         ),
         failing=_VALID.replace("  global_batch_size: 8\n", "  global_batch_size: 8\n  micro_batch_size: 2\n"),
         passing=_VALID,
-        source="YAML 1.2 spec (mapping keys are unique, indentation is spaces); Megatron Bridge loads with PyYAML",
+        source="YAML 1.2 spec (mapping keys are unique, indentation is spaces); Megatron Bridge loads configs "
+        "with OmegaConf.load (training/utils/omegaconf_utils.py, main 067f987)",
     ),
 )
 def check_sc001(ctx: RuleContext) -> Iterator[Finding]:

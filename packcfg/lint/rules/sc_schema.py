@@ -17,7 +17,11 @@ from packcfg.lint.rules._examples import BASE, edit
 def _issues(ctx: RuleContext, code: str) -> Iterator[Finding]:
     for issue in ctx.schema_issues:
         if getattr(issue, "code", None) == code:
-            yield Finding(issue.message, at=tuple(issue.path), hint=issue.hint, severity=issue.severity)
+            hint = issue.hint
+            # say "did you mean" once: a hint that the message already carries is dropped
+            if hint and hint.rstrip("?.").strip() in issue.message:
+                hint = None
+            yield Finding(issue.message, at=tuple(issue.path), hint=hint, severity=issue.severity)
 
 
 @rule(
@@ -27,12 +31,15 @@ def _issues(ctx: RuleContext, code: str) -> Iterator[Finding]:
     docs=RuleDocs(
         what='A value has the wrong type or is out of range (`micro_batch_size: -1`, `"two"`, a float where an '
         "int is required, true where a number is required, NaN), or a field Bridge requires without a default "
-        "is missing (dataset.seq_length of a defined dataset). Values with their own rule (PK103, DS702, DS703) "
-        "are reported by that rule.",
+        "is missing (dataset.seq_length of a defined dataset). Ranges are Bridge's: where Bridge treats 0 as "
+        "off (`validation.eval_interval: 0`, `checkpoint.save_interval: 0`, `train.exit_interval: 0`, "
+        "`train.manual_gc_interval: 0`), 0 is valid. Scalars are read as OmegaConf reads them (`1e-5` is a "
+        "float). Values with their own rule (PK103, DS702, DS703) are reported by that rule.",
         why="Bridge would coerce, crash late, or train with a nonsense value; packcfg reports every one at once.",
         failing=edit(("  global_batch_size: 128\n", "  global_batch_size: two\n")),
         passing=BASE,
-        source="Megatron Bridge config dataclasses (training/config.py) and Megatron Core TransformerConfig",
+        source="Megatron Bridge training/config.py config dataclasses and training/train.py interval checks "
+        "(main 067f987); Megatron Core TransformerConfig",
     ),
 )
 def sc002(ctx: RuleContext) -> Iterator[Finding]:
@@ -50,7 +57,8 @@ def sc002(ctx: RuleContext) -> Iterator[Finding]:
         why="A misspelt key is silently ignored by Bridge's YAML overrides: the run uses the default instead.",
         failing=edit(("  micro_batch_size: 1\n", "  micro_batch_sise: 1\n")),
         passing=BASE,
-        source="Megatron Bridge ConfigContainer sections; packcfg's recipe/launch schema",
+        source="Megatron Bridge training/config.py ConfigContainer sections (main 067f987); packcfg's own "
+        "recipe/launch sections (docs/lint.md)",
     ),
 )
 def sc003(ctx: RuleContext) -> Iterator[Finding]:
