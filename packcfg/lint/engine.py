@@ -186,7 +186,7 @@ def _run_rules(
         crashed("normalize", exc)
     schema_issues: list[Any] = []
     try:
-        schema_issues = list(validate(config))
+        schema_issues = list(validate(config, settings.profile))
     except Exception as exc:
         crashed("schema validation", exc)
     try:
@@ -388,10 +388,15 @@ def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
             seen.add(key)
             files.append(p)
 
+    def unreadable(exc: OSError) -> None:
+        # a folder that cannot be listed is exit 2 with its name: skipping it would pass files never linted
+        where = exc.filename if exc.filename is not None else "?"
+        errors.append(f"{where}: cannot read folder ({exc.strerror or exc})")
+
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for folder, dirs, names in os.walk(path):
+            for folder, dirs, names in os.walk(path, onerror=unreadable):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(names):
                     if name.endswith(YAML_SUFFIXES) and not name.startswith("."):
@@ -401,6 +406,71 @@ def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
         else:
             errors.append(f"{path}: no such file or directory")
     return files, errors
+
+
+# Top-level keys that make a YAML an experiment config (for `lint --experiments-only`, the pre-commit mode):
+# Megatron Bridge's ConfigContainer sections (training/config.py, main 067f987) and packcfg's own sections.
+_BRIDGE_TOP_LEVEL = frozenset(
+    {
+        "model", "train", "validation", "dataset", "ddp", "optimizer", "optimizer_config_override_provider",
+        "scheduler", "checkpoint", "logger", "tokenizer", "rng", "rerun_state_machine", "dist", "ft",
+        "straggler", "nvrx_straggler", "profiling", "peft", "comm_overlap", "mixed_precision", "tensor_inspect",
+        "inprocess_restart", "env_vars",
+    }
+)  # fmt: skip
+_OWN_TOP_LEVEL = frozenset({"recipe", "launch"})
+_TOP_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)[ \t]*:", re.MULTILINE)
+
+
+def experiment_sections() -> frozenset[str]:
+    """Top-level keys that mark an experiment config: Bridge's sections and packcfg's `recipe`/`launch`."""
+    return _BRIDGE_TOP_LEVEL | _OWN_TOP_LEVEL
+
+
+def is_experiment_file(path: str | Path) -> bool:
+    """Whether `path` looks like an experiment config: ONE YAML document whose top level is a mapping with at
+    least one of `experiment_sections()`. A Kubernetes manifest, a GitHub workflow or a multi-document file
+    is not (Bridge loads a config with OmegaConf.load, which reads one document). A file that does not parse
+    counts when a line starts with a section key (so a broken experiment config is still reported); one that
+    cannot be read counts too (the lint then reports why, exit 2)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(16 * 1024 * 1024)
+    except OSError:
+        return True
+    text = data.decode("utf-8", errors="replace")
+    sections = experiment_sections()
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    documents = 0
+    keys: set[str] = set()
+    depth = 0
+    top_is_mapping = False
+    expect_key = False
+    try:
+        # events, not nodes: the parser keeps its own stack, so deep nesting cannot exhaust recursion
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.DocumentStartEvent):
+                documents += 1
+                if documents > 1:
+                    return False
+            elif isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                if depth == 0:
+                    top_is_mapping = isinstance(event, yaml.MappingStartEvent)
+                    expect_key = True
+                elif depth == 1 and top_is_mapping:
+                    expect_key = not expect_key
+                depth += 1
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.ScalarEvent | yaml.AliasEvent) and depth == 1 and top_is_mapping:
+                if expect_key and isinstance(event, yaml.ScalarEvent):
+                    keys.add(event.value)
+                expect_key = not expect_key
+    except yaml.YAMLError:
+        return any(m.group(1) in sections for m in _TOP_KEY.finditer(text))
+    return bool(keys & sections)
 
 
 def lint_paths(

@@ -60,7 +60,7 @@ class Settings:
         """These settings with CLI flags applied (flags win); validates the codes when `known_codes`."""
         out = self
         if select is not None:
-            out = replace(out, select=_codes(select, "--select", known_codes))
+            out = replace(out, select=_codes(select, "--select", known_codes, allow_empty=False))
         if ignore is not None:
             out = replace(out, ignore=_codes(ignore, "--ignore", known_codes))
         if profile is not None:
@@ -74,10 +74,18 @@ def split_codes(text: str | Iterable[str]) -> list[str]:
     return [p.strip().upper() for p in parts if p.strip()]
 
 
-def _codes(value: Any, where: str, known: Iterable[str] | None) -> tuple[str, ...]:
+def _codes(
+    value: Any, where: str, known: Iterable[str] | None, *, allow_empty: bool = True
+) -> tuple[str, ...]:
     if not isinstance(value, str | list | tuple):
         raise SettingsError(f"{where}: expected a list of rule codes, got {value!r}")
     codes = split_codes(value)
+    if not codes and not allow_empty:
+        # an empty select would silently turn every rule off: a lint that checks nothing must not pass
+        raise SettingsError(
+            f"{where}: no codes selected (give codes or prefixes such as PK110,DS, or ALL; leave it out for "
+            "every rule)"
+        )
     if known is not None:
         known = list(known)
         for code in codes:
@@ -115,7 +123,9 @@ def parse_settings(
                 f'{where}: severity.{code}: expected "error", "warning" or "info", got {level!r}'
             ) from None
     return Settings(
-        select=_codes(table["select"], f"{where}: select", known) if "select" in table else None,
+        select=_codes(table["select"], f"{where}: select", known, allow_empty=False)
+        if "select" in table
+        else None,
         ignore=_codes(table["ignore"], f"{where}: ignore", known) if "ignore" in table else (),
         severity=severity,
         profile=_profile(table.get("profile", "current"), f"{where}: profile"),

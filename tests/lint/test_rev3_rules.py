@@ -36,8 +36,10 @@ def found(text: str, code: str) -> list:
     ],
 )
 def test_zero_interval_that_bridge_treats_as_off_is_valid(extra: str) -> None:
-    text = BASE + extra if not extra.startswith("train:") else edit(
-        ("  global_batch_size: 128\n", "  global_batch_size: 128\n  exit_interval: 0\n")
+    text = (
+        BASE + extra
+        if not extra.startswith("train:")
+        else edit(("  global_batch_size: 128\n", "  global_batch_size: 128\n  exit_interval: 0\n"))
     )
     assert "SC002" not in codes(text)
 
@@ -59,7 +61,9 @@ def test_pl603_is_info_and_names_finalize() -> None:
 # --- LS304: info, packed fine-tuning with CP only ---------------------------------------------------------
 
 CP2_FUSED = edit(("  cross_entropy_loss_fusion: false\n", "  cross_entropy_loss_fusion: true\n"), base=CP2)
-CP2_PAD = edit(("    packed_sequence_size: 4096\n", "    packed_sequence_size: 4096\n    pad_seq_to_mult: 4\n"))
+CP2_PAD = edit(
+    ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 4096\n    pad_seq_to_mult: 4\n")
+)
 
 
 def test_ls304_is_info_on_packed_finetuning_with_cp() -> None:
@@ -87,7 +91,11 @@ train:
 
 def test_ls304_never_on_pretraining() -> None:
     assert "LS304" not in codes(PRETRAIN_CP)
-    assert "LS304" not in codes(PRETRAIN_CP.replace("  context_parallel_size: 2\n", "  context_parallel_size: 2\n  cross_entropy_loss_fusion: true\n"))
+    assert "LS304" not in codes(
+        PRETRAIN_CP.replace(
+            "  context_parallel_size: 2\n", "  context_parallel_size: 2\n  cross_entropy_loss_fusion: true\n"
+        )
+    )
 
 
 def test_ls304_not_without_packing() -> None:
@@ -141,13 +149,17 @@ def test_pk120_mtp_and_vision_graphs_one_diagnostic_each() -> None:
 
 def test_pk120_quiet_for_mtp_zero_and_vision_none() -> None:
     text = after(
-        "  calculate_per_token_loss: true", "  mtp_num_layers: 0\n  vision_cuda_graph_impl: none\n", base=ENERGON
+        "  calculate_per_token_loss: true",
+        "  mtp_num_layers: 0\n  vision_cuda_graph_impl: none\n",
+        base=ENERGON,
     )
     assert "PK120" not in codes(text)
 
 
 def test_pk120_dist_train_as_bridge_spells_it() -> None:
-    text = after("  calculate_per_token_loss: true", "  dist_train:\n    use_dist_train: true\n", base=ENERGON)
+    text = after(
+        "  calculate_per_token_loss: true", "  dist_train:\n    use_dist_train: true\n", base=ENERGON
+    )
     assert any("DistTrain" in d.message for d in found(text, "PK120"))
 
 
@@ -163,12 +175,17 @@ def test_pk121_energon_eval_micro_batch_mismatch() -> None:
 def test_pk121_quiet_when_unset_equal_or_no_validation() -> None:
     assert "PK121" not in codes(ENERGON)
     assert "PK121" not in codes(ENERGON + "validation:\n  eval_micro_batch_size: 1\n")
-    no_val = after("  micro_batch_size: 1\n  packing_buffer_size: 64", "  do_validation: false\n", base=ENERGON)
+    no_val = after(
+        "  micro_batch_size: 1\n  packing_buffer_size: 64", "  do_validation: false\n", base=ENERGON
+    )
     assert "PK121" not in codes(no_val + "validation:\n  eval_micro_batch_size: 4\n")
 
 
 def test_pk121_not_for_other_datasets() -> None:
-    assert "PK121" not in codes(BASE.replace("  micro_batch_size: 1\n", "  micro_batch_size: 1\n", 1) + "validation:\n  eval_micro_batch_size: 4\n")
+    assert "PK121" not in codes(
+        BASE.replace("  micro_batch_size: 1\n", "  micro_batch_size: 1\n", 1)
+        + "validation:\n  eval_micro_batch_size: 4\n"
+    )
 
 
 # --- CG505: offline packing always has a padding mask ------------------------------------------------------
@@ -187,7 +204,10 @@ def test_cg505_whatever_pad_seq_to_mult(mult: int | None) -> None:
     base = MOE
     if mult is not None:
         base = edit(
-            ("    packed_sequence_size: 4096\n", f"    packed_sequence_size: 4096\n    pad_seq_to_mult: {mult}\n"),
+            (
+                "    packed_sequence_size: 4096\n",
+                f"    packed_sequence_size: 4096\n    pad_seq_to_mult: {mult}\n",
+            ),
             base=MOE,
         )
     text = after(
@@ -198,7 +218,9 @@ def test_cg505_whatever_pad_seq_to_mult(mult: int | None) -> None:
     assert "CG505" in codes(text)
 
 
-@pytest.mark.parametrize("scope,fires", [("[moe]", True), ("[moe_preprocess]", True), ("[attn]", False), ("[mlp]", False)])
+@pytest.mark.parametrize(
+    "scope,fires", [("[moe]", True), ("[moe_preprocess]", True), ("[attn]", False), ("[mlp]", False)]
+)
 def test_cg505_router_capturing_scopes(scope: str, fires: bool) -> None:
     text = after(
         "  calculate_per_token_loss: true",
@@ -210,7 +232,8 @@ def test_cg505_router_capturing_scopes(scope: str, fires: bool) -> None:
 
 def test_cg505_not_for_dense_models() -> None:
     text = after(
-        "  calculate_per_token_loss: true", "  cuda_graph_impl: transformer_engine\n  cuda_graph_scope: [moe_router]\n"
+        "  calculate_per_token_loss: true",
+        "  cuda_graph_impl: transformer_engine\n  cuda_graph_scope: [moe_router]\n",
     )
     assert "CG505" not in codes(text)
 

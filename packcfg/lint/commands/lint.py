@@ -25,8 +25,31 @@ FORMATS = ("text", "json", "sarif", "github", "junit")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", metavar="PATHS", help="YAML files or folders to lint")
     add_merge_arguments(parser)
-    parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    parser.add_argument(
+        "--format",
+        "--output-format",
+        dest="format",
+        choices=FORMATS,
+        default="text",
+        help="output format (default: text); --output-format is the same option",
+    )
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    parser.add_argument(
+        "--statistics",
+        action="store_true",
+        help="print the number of findings per code instead of each finding (text or json)",
+    )
+    parser.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 even when there are findings (2 still means could not run)",
+    )
+    parser.add_argument(
+        "--experiments-only",
+        action="store_true",
+        help="skip, silently, YAML files that are not experiment configs (no Bridge section, no recipe/launch; "
+        "several documents): the pre-commit hook's mode",
+    )
     parser.add_argument(
         "--fix", action="store_true", help="rewrite files with the exact fixes (keeps comments)"
     )
@@ -43,7 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"packcfg lint: {message}", file=sys.stderr)
+    from packcfg.lint.reporters import escape_text
+
+    print(f"packcfg lint: {escape_text(message)}", file=sys.stderr)
     return 2
 
 
@@ -62,15 +87,17 @@ def _read_pack_metadata(path: str) -> list[dict[str, Any]]:
     return data
 
 
-def write_report(text: str, output: str | None) -> None:
-    """Write to stdout, or atomically to `output` (a temporary name in the same folder, then rename)."""
+def write_report(text: str, output: str | None, inputs: list[str] | None = None) -> None:
+    """Write to stdout, or atomically to `output` (a temporary name in the same folder, then rename).
+
+    `output` is never one of `inputs`, a symlink or a special file (packcfg.core.atomic's output rule)."""
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
     from packcfg.core.atomic import atomic_write_text
 
-    atomic_write_text(Path(output), text)
+    atomic_write_text(Path(output), text, inputs=inputs or (), what="--output")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,8 +112,21 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--fix and --diff are exclusive: --diff shows what --fix would write")
     if args.jobs is not None and args.jobs < 1:
         return _fail("--jobs must be at least 1")
+    if args.statistics and args.format not in ("text", "json"):
+        return _fail(f"--statistics prints text or json, not {args.format}")
+    paths = list(args.paths)
+    if args.experiments_only and paths:
+        # pre-commit hands over every staged YAML: keep the experiment configs, skip the rest silently
+        files, walk_errors = engine.expand_paths(paths)
+        if walk_errors:
+            for message in walk_errors:
+                _fail(message)
+            return 2
+        paths = [str(f) for f in files if engine.is_experiment_file(f)]
+        if not paths:
+            return 0  # nothing in this commit is an experiment config
     try:
-        start = Path(args.paths[0] if args.paths else args.config_files[0])
+        start = Path(paths[0] if paths else (args.paths or args.config_files)[0])
         settings = load_settings(start, known_codes=engine.rules()).with_cli(
             select=split_codes(args.select) if args.select is not None else None,
             ignore=split_codes(args.ignore) if args.ignore is not None else None,
@@ -96,6 +136,22 @@ def run(args: argparse.Namespace) -> int:
         metadata = _read_pack_metadata(args.pack_metadata) if args.pack_metadata else None
     except (SettingsError, ValueError) as exc:
         return _fail(str(exc))
+
+    inputs: list[str] = []
+    if args.output is not None:
+        # refuse before any work: the report must never replace a config it reads (or a symlink, a device)
+        from packcfg.core.atomic import OutputRefused, check_output
+
+        listed, _ = engine.expand_paths(paths)
+        inputs = [
+            *map(str, listed),
+            *args.config_files,
+            *([args.pack_metadata] if args.pack_metadata else []),
+        ]
+        try:
+            check_output(args.output, inputs=inputs, what="--output")
+        except OutputRefused as exc:
+            return _fail(str(exc))
 
     options: dict[str, Any] = {
         "settings": settings,
@@ -108,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
 
             try:
                 outcome = fix_paths(
-                    args.paths,
+                    paths,
                     config_files=args.config_files,
                     overrides=args.overrides,
                     write=args.fix,
@@ -126,9 +182,9 @@ def run(args: argparse.Namespace) -> int:
                     f"packcfg lint: fixed {len(outcome.changed)} file(s): {', '.join(outcome.changed)}",
                     file=sys.stderr,
                 )
-        if args.paths:
+        if paths:
             result = engine.lint_paths(
-                args.paths,
+                paths,
                 config_files=args.config_files,
                 overrides=args.overrides,
                 jobs=args.jobs,
@@ -146,20 +202,30 @@ def run(args: argparse.Namespace) -> int:
         and not os.environ.get("NO_COLOR")
         and os.environ.get("TERM") != "dumb"
     )
+    from packcfg.core.atomic import OutputRefused
+
     try:
         if result.files or not result.errors:  # nothing was linted: the one-line errors below say why
-            write_report(
-                get_reporter(args.format)(result.diagnostics, result.files, color=color), args.output
-            )
+            if args.statistics:
+                from packcfg.lint.reporters import statistics
+
+                report = statistics(result.diagnostics, result.files, fmt=args.format)
+            else:
+                report = get_reporter(args.format)(result.diagnostics, result.files, color=color)
+            write_report(report, args.output, inputs)
+    except OutputRefused as exc:
+        return _fail(str(exc))
     except OSError as exc:
         return _fail(f"--output {args.output}: cannot write ({exc.strerror or exc})")
 
     for message in result.errors:
-        print(f"packcfg lint: {message}", file=sys.stderr)
+        _fail(message)
     if result.errors:
         return 2
     if result.internal_errors and not result.rules_ran and not result.diagnostics:
         return 2
+    if args.exit_zero:
+        return 0
     worst = {d.severity.value for d in result.diagnostics}
     if "error" in worst or (args.strict and "warning" in worst):
         return 1

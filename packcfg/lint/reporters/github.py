@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from packcfg.core.diagnostics import Diagnostic
+from packcfg.lint.reporters import escape_text
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def escape_data(text: str) -> str:
-    """Escape a workflow-command message (the part after `::`)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """Escape a workflow-command message (the part after `::`): `%`, CR and LF as GitHub decodes them, every
+    other control character as a visible escape (a message is one command line)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return escape_text(text)
 
 
 def escape_property(text: str) -> str:

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from packcfg.core.diagnostics import Severity
 from packcfg.lint.context import RuleContext
+from packcfg.lint.facts import cuda_graph_module_list
 from packcfg.lint.registry import Finding, RuleDocs, rule
 from packcfg.lint.rules._examples import after, edit
-from packcfg.lint.facts import cuda_graph_module_list
 from packcfg.lint.rules._helpers import is_pos_int, spec_path
 
 UNPADDED = edit(("  dataset_kwargs:\n    pad_to_max_length: true\n", ""))
@@ -154,8 +154,8 @@ ROUTER_MODULES = frozenset({"moe", "moe_router", "moe_preprocess"})
         "and Transformer Engine CUDA graphs that capture the router: a whole-layer scope (empty or `full`) or "
         "one naming `moe`, `moe_router` or `moe_preprocess`.",
         why="The captured router graph cannot consume the packed padding mask; Bridge's packed forward step "
-        "raises at the first step (\"Packed MoE padding masks do not support router-scoped Transformer Engine "
-        "CUDA graphs\").",
+        'raises at the first step ("Packed MoE padding masks do not support router-scoped Transformer Engine '
+        'CUDA graphs").',
         failing=after(
             "  calculate_per_token_loss: true",
             "  cuda_graph_impl: transformer_engine\n  cuda_graph_scope:\n  - moe_router\n",
@@ -177,7 +177,9 @@ def cg505(ctx: RuleContext) -> Iterator[Finding]:
     raw = ctx.get(("model", "cuda_graph_modules"), ctx.get(("model", "cuda_graph_scope")))
     if cuda_graph_module_list(raw) is None:
         return  # wrong-typed scope: SC002's concern
-    modules = {m for m in f.cuda_graph_modules if m not in ("full", "full_iteration", "full_iteration_inference")}
+    modules = {
+        m for m in f.cuda_graph_modules if m not in ("full", "full_iteration", "full_iteration_inference")
+    }
     captures_router = not modules or bool(modules & ROUTER_MODULES)
     if not captures_router:
         return

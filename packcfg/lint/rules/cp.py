@@ -123,7 +123,7 @@ def cp202(ctx: RuleContext) -> Iterator[Finding]:
         failing=_cp2("    pad_seq_to_mult: 2\n"),
         passing=_cp2(),
         fixed=_cp2(),
-        source="TransformerEngine issue 1930; Megatron Bridge docs/training/packed-sequences.md, \"Choosing the Offline Pack Length\" (main 067f987): pad_seq_to_mult = lcm(cp_multiple, sp_multiple)",
+        source='TransformerEngine issue 1930; Megatron Bridge docs/training/packed-sequences.md, "Choosing the Offline Pack Length" (main 067f987): pad_seq_to_mult = lcm(cp_multiple, sp_multiple)',
     ),
 )
 def cp203(ctx: RuleContext) -> Iterator[Finding]:

@@ -207,7 +207,7 @@ def _exists(ctx: RuleContext, value: str) -> bool:
             ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 8192\n"),
         ),
         passing=BASE,
-        source="Megatron Bridge docs/training/packed-sequences.md, \"Choosing the Offline Pack Length\" (main 067f987): keep model, dataset and packed sequence lengths equal",
+        source='Megatron Bridge docs/training/packed-sequences.md, "Choosing the Offline Pack Length" (main 067f987): keep model, dataset and packed sequence lengths equal',
     ),
 )
 def ds705(ctx: RuleContext) -> Iterator[Finding]:

@@ -151,7 +151,7 @@ def pk103(ctx: RuleContext) -> Iterator[Finding]:
             ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 16384\n"),
             ("  global_batch_size: 128\n", "  global_batch_size: 32\n"),
         ),
-        source="Megatron Bridge training/config.py:1604-1617 (main 067f987); docs/training/packed-sequences.md, \"Stable Constraints\"",
+        source='Megatron Bridge training/config.py:1604-1617 (main 067f987); docs/training/packed-sequences.md, "Stable Constraints"',
     ),
 )
 def pk110(ctx: RuleContext) -> Iterator[Finding]:
@@ -193,7 +193,7 @@ def pk110(ctx: RuleContext) -> Iterator[Finding]:
         why="With MBS 1 there is nothing to pack; Bridge rejects the config.",
         failing=edit(("  micro_batch_size: 4\n", "  micro_batch_size: 1\n"), base=IN_BATCH),
         passing=IN_BATCH,
-        source="Megatron Bridge training/config.py:1619-1624 (main 067f987); docs/training/packed-sequences.md, \"Stable Constraints\"",
+        source='Megatron Bridge training/config.py:1619-1624 (main 067f987); docs/training/packed-sequences.md, "Stable Constraints"',
     ),
 )
 def pk111(ctx: RuleContext) -> Iterator[Finding]:
