@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from packcfg import __version__
+from packcfg.core.atomic import OutputRefused, check_output, clean_stale_temps, temp_dir
 from packcfg.core.config import get_path
-from packcfg.packing.errors import PackingError
+from packcfg.packing.errors import PackingError, PackOutputRefused
 from packcfg.packing.planner import PackPlan, PlanError, plan
 from packcfg.packing.progress import Progress
 from packcfg.packing.sources import Spool, detect_format, file_checksum, load_tokenizer, spool
@@ -31,6 +30,7 @@ from packcfg.packing.writer import (
     bridge_metadata,
     iter_packed,
     merge_split_metadata,
+    parquet_entry,
     read_metadata,
     write_json_atomic,
     write_packed,
@@ -248,18 +248,92 @@ def make_plan(sp: Spool, settings: PackSettings, unpacked_gbs: int | None = None
         raise PackingError(msg) from None
 
 
+def _tokenizer_file(tokenizer: Path | None) -> Path | None:
+    if tokenizer is None:
+        return None
+    return tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
+
+
+def _packcfg_wrote(settings: PackSettings) -> Any:
+    """`may_replace` for the packed file: it carries packcfg's entry in its Parquet metadata (or, for files
+    from before that entry existed, packcfg's metadata JSON names it with a fingerprint)."""
+
+    def owned(path: Path) -> bool:
+        if parquet_entry(path) is not None:
+            return True
+        try:
+            entries = read_metadata(settings.metadata)
+        except PackingError:
+            return False
+        return any(
+            e.get("file") == path.name
+            and "packcfg_version" in e
+            and str(e.get("fingerprint", "")).startswith("sha256:")
+            for e in entries
+        )
+
+    return owned
+
+
+def _is_metadata(path: Path) -> bool:
+    """`may_replace` for the metadata JSON: packing metadata (a JSON list of objects, ours or Bridge's) or
+    an empty file is merged into; anything else is the user's and needs --force."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        read_metadata(path)
+    except (OSError, PackingError):
+        return False
+    return True
+
+
+def check_pack_outputs(
+    settings: PackSettings, *, force: bool = False, inputs: Iterable[Path | None] = (), final: bool = True
+) -> None:
+    """The output rule for `pack`: the packed file and the metadata are neither an input (source, tokenizer,
+    config files), nor each other, nor a special file; with `final`, also not a symlink, and an existing
+    packed file packcfg did not write (or a metadata file that is not packing metadata) needs `force`.
+    Raises PackOutputRefused (a PackingError)."""
+    ins = [settings.source, settings.tokenizer, _tokenizer_file(settings.tokenizer), *inputs]
+    try:
+        check_output(settings.output, inputs=ins, follow_symlinks=True, what="packed file")
+        check_output(
+            settings.metadata, inputs=[*ins, settings.output], follow_symlinks=True, what="metadata file"
+        )
+        if final:
+            check_output(
+                settings.output,
+                force=force,
+                may_replace=_packcfg_wrote(settings),
+                what="packed file",
+            )
+            check_output(settings.metadata, force=force, may_replace=_is_metadata, what="metadata file")
+    except OutputRefused as exc:
+        raise PackOutputRefused(str(exc)) from None
+
+
 def pack_dataset(
     settings: PackSettings,
     *,
     force: bool = False,
     progress: bool = True,
+    inputs: Iterable[Path | None] = (),
     _fail_after_rows: int | None = None,
 ) -> PackedData:
-    """Pack `settings.source` into `settings.output` + metadata unless an up-to-date result exists."""
+    """Pack `settings.source` into `settings.output` + metadata unless an up-to-date result exists.
+
+    `force`: repack even when up to date, and replace a packed file packcfg did not write. `inputs`:
+    more files the command read (config files) that the outputs must not be. Temporary files of killed
+    earlier runs beside the outputs are removed first. Raises PackingError (PackOutputRefused when the
+    output may not be written).
+    """
+    inputs = tuple(inputs)
+    check_pack_outputs(settings, inputs=inputs, final=False)
     if not force:
         existing = up_to_date(settings)
         if existing is not None:
             return PackedData(settings.output, settings.metadata, existing, created=False)
+    check_pack_outputs(settings, force=force, inputs=inputs)
     fmt = detect_format(settings.source)
     tokenizer = _tokenizer_for(settings, fmt)
     pad_id = settings.pad_id
@@ -269,14 +343,59 @@ def pack_dataset(
     tokenizer_sum = file_checksum(tokenizer)
     t0 = time.perf_counter()
     settings.output.parent.mkdir(parents=True, exist_ok=True)
-    # the spool lives next to the output: same filesystem, and no surprise in a small /tmp
-    workdir = Path(tempfile.mkdtemp(prefix=".packcfg-spool-", dir=settings.output.parent))
-    try:
+    clean_stale_temps(settings.output.parent, settings.output.name)
+    clean_stale_temps(settings.metadata.parent, settings.metadata.name)
+    # the spool lives next to the output: same filesystem, and no surprise in a small /tmp; it is a
+    # locked `.<output>.<random>.tmp` folder, so a killed run's spool is removed by the next run
+    with temp_dir(settings.output) as workdir:
         with Progress("read ", None, progress) as bar:
             sp = spool(settings.source, tokenizer, workdir, bar)
         t_read = time.perf_counter()
         p = make_plan(sp, settings)
         t_plan = time.perf_counter()
+        stats = p.stats
+        if p.num_packs == 0:
+            dropped = (stats.get("oversize") or {}).get("dropped", sp.num_samples)
+            raise PackingError(
+                f"{settings.source}: oversize policy 'drop' dropped all {dropped:,} sample(s) (each longer "
+                f"than the pack size {settings.capacity}); nothing to pack"
+            )
+        entry: dict[str, Any] = {"split": settings.split, **bridge_metadata(p)}
+        entry.update(
+            {
+                "packcfg_version": __version__,
+                "format_version": FORMAT_VERSION,
+                "file": settings.output.name,
+                "algorithm": settings.algorithm,
+                "seed": settings.seed,
+                "pad_seq_to_mult": settings.align,
+                "pad_id": pad_id,
+                "oversize": stats["oversize"],
+                "max_per_pack": settings.max_per_pack,
+                "pairs": settings.pairs,
+                "rows_shuffled": settings.shuffle,
+                "pad_to_max_length": settings.pad_to_max_length,
+                "pad_to_max_length_note": (
+                    "rows are stored unpadded; the executor pads each row to pack_size"
+                    if settings.pad_to_max_length
+                    else None
+                ),
+                "samples": stats["samples"],
+                "samples_packed": stats["samples_packed"],
+                "items_packed": int(len(p.order)),  # sample slots in the rows (split pieces count apart)
+                "packs": p.num_packs,
+                "lower_bound": stats["lower_bound"],
+                "efficiency": stats["efficiency"],
+                "bin_waste_tokens": stats["bin_waste_tokens"],
+                "alignment_waste_tokens": stats["alignment_waste_tokens"],
+                "source": str(settings.source),
+                "source_format": fmt,
+                "source_checksum": source_sum,
+                "tokenizer": str(tokenizer) if tokenizer is not None else None,
+                "tokenizer_checksum": tokenizer_sum,
+                "fingerprint": fingerprint(settings, source_sum, tokenizer_sum),
+            }
+        )
         with Progress("write", p.num_packs, progress) as bar:
             write_packed(
                 settings.output,
@@ -287,52 +406,16 @@ def pack_dataset(
                 settings.shuffle,
                 bar,
                 fail_after_rows=_fail_after_rows,
+                file_metadata=entry,
+                inputs=(settings.source, tokenizer, *inputs),
             )
         t_write = time.perf_counter()
         sp.close()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    stats = p.stats
-    entry: dict[str, Any] = {"split": settings.split, **bridge_metadata(p)}
-    entry.update(
-        {
-            "packcfg_version": __version__,
-            "format_version": FORMAT_VERSION,
-            "file": settings.output.name,
-            "algorithm": settings.algorithm,
-            "seed": settings.seed,
-            "pad_seq_to_mult": settings.align,
-            "pad_id": pad_id,
-            "oversize": stats["oversize"],
-            "max_per_pack": settings.max_per_pack,
-            "pairs": settings.pairs,
-            "rows_shuffled": settings.shuffle,
-            "pad_to_max_length": settings.pad_to_max_length,
-            "pad_to_max_length_note": (
-                "rows are stored unpadded; the executor pads each row to pack_size"
-                if settings.pad_to_max_length
-                else None
-            ),
-            "samples": stats["samples"],
-            "samples_packed": stats["samples_packed"],
-            "packs": p.num_packs,
-            "lower_bound": stats["lower_bound"],
-            "efficiency": stats["efficiency"],
-            "bin_waste_tokens": stats["bin_waste_tokens"],
-            "alignment_waste_tokens": stats["alignment_waste_tokens"],
-            "source": str(settings.source),
-            "source_format": fmt,
-            "source_checksum": source_sum,
-            "tokenizer": str(tokenizer) if tokenizer is not None else None,
-            "tokenizer_checksum": tokenizer_sum,
-            "fingerprint": fingerprint(settings, source_sum, tokenizer_sum),
-            "timings_s": {
-                "read": round(t_read - t0, 3),
-                "plan": round(t_plan - t_read, 3),
-                "write": round(t_write - t_plan, 3),
-            },
-        }
-    )
+    entry["timings_s"] = {
+        "read": round(t_read - t0, 3),
+        "plan": round(t_plan - t_read, 3),
+        "write": round(t_write - t_plan, 3),
+    }
     write_json_atomic(settings.metadata, merge_split_metadata(settings.metadata, entry))
     return PackedData(settings.output, settings.metadata, entry, created=True)
 

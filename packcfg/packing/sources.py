@@ -65,6 +65,12 @@ def detect_format(path: Path) -> str:
 def _jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line; bad JSON, bad UTF-8 or an unreadable file is a
     PackingError naming the file (and line). The file closes when the caller stops iterating."""
+    for lineno, _, obj in _jsonl_lines(path):
+        yield lineno, obj
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, raw line, object) for each non-blank line (see `_jsonl_records`)."""
     try:
         f = open(path, encoding="utf-8")
     except OSError as exc:
@@ -73,7 +79,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
             for lineno, line in enumerate(f, 1):
                 if line.strip():
-                    yield lineno, _parse_line(path, lineno, line)
+                    yield lineno, line, _parse_line(path, lineno, line)
         except UnicodeDecodeError as exc:
             raise PackingError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
@@ -140,18 +146,53 @@ def iter_batches(
         raise PackingError(f"{path}: unknown input format {fmt!r}")
 
 
-def _check_ids(path: Path, where: str, ids: Any) -> np.ndarray:
+MAX_TOKEN_ID = 2**31 - 1  # input_ids are stored as int32
+
+
+def _json_value(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _bad_id(path: Path, where: str, k: int, value: Any) -> PackingError:
+    return PackingError(
+        f"{path}:{where}: input_ids[{k}] is {_json_value(value)}: token ids must be integers in "
+        f"0..{MAX_TOKEN_ID}"
+    )
+
+
+def _check_ids(path: Path, where: str, ids: Any, line: str | None = None) -> np.ndarray:
+    """The sample's token ids as an array, or a PackingError naming the file, line, position and value
+    (null, true/false, a float, a string, a negative or an id beyond int32 are all refused)."""
     if not isinstance(ids, list) or not ids:
         what = "an empty list" if isinstance(ids, list) else type(ids).__name__
         raise PackingError(f"{path}:{where}: input_ids must be a non-empty list of token ids, got {what}")
-    arr = np.asarray(ids) if all(type(x) is int for x in ids[:1]) else None
-    if arr is None or arr.dtype.kind not in "iu":
-        bad = next((x for x in ids if type(x) is not int), ids[0])
-        raise PackingError(f"{path}:{where}: input_ids must hold integers, got {bad!r}")
-    if arr.min() < 0 or arr.max() >= 2**31:
-        raise PackingError(
-            f"{path}:{where}: token id {int(arr.min() if arr.min() < 0 else arr.max())} out of range"
+    try:
+        arr = np.asarray(ids)
+    except (OverflowError, ValueError):
+        arr = np.asarray(ids, dtype=object)
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        # the first value that is not a plain int, or (object arrays of big ints) out of range
+        k = next(
+            (
+                k
+                for k, x in enumerate(ids)
+                if type(x) is not int or not 0 <= x <= MAX_TOKEN_ID  # noqa: E721 (bool is refused)
+            ),
+            0,
         )
+        raise _bad_id(path, where, k, ids[k])
+    # bools pass np.asarray as ints ([1, true] -> [1, 1]); look for them only when the line has one
+    if line is None or "true" in line or "false" in line:
+        k = next((k for k, x in enumerate(ids) if type(x) is bool), None)
+        if k is not None:
+            raise _bad_id(path, where, k, ids[k])
+    lo, hi = arr.min(), arr.max()
+    if lo < 0 or hi > MAX_TOKEN_ID:
+        k = int(np.flatnonzero((arr < 0) | (arr > MAX_TOKEN_ID))[0])
+        raise _bad_id(path, where, k, ids[k])
     return arr
 
 
@@ -159,11 +200,11 @@ def _iter_token_jsonl(path: Path, batch_size: int) -> Iterator[Batch]:
     ids_list: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     first = 0
-    for lineno, obj in _jsonl_records(path):
+    for lineno, line, obj in _jsonl_lines(path):
         where = str(lineno)
         if "input_ids" not in obj:
             raise PackingError(f"{path}:{lineno}: missing 'input_ids'")
-        ids = _check_ids(path, where, obj["input_ids"])
+        ids = _check_ids(path, where, obj["input_ids"], line)
         n = len(ids)
         if "loss_mask" in obj:
             m = obj["loss_mask"]
@@ -256,9 +297,19 @@ def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
             raise PackingError(f"{path}: row {row + int(np.argmin(lens))}: input_ids is empty")
         offsets = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
-        values = ids_col.flatten().to_numpy(zero_copy_only=False)
-        if len(values) and (values.min() < 0 or values.max() >= 2**31):
-            raise PackingError(f"{path}: row {row}..{row + len(lens) - 1}: token id out of range")
+        flat = ids_col.flatten()
+        if flat.null_count:  # a null inside a list: never let it become -2147483648
+            k = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
+            j = int(np.searchsorted(offsets, k, side="right")) - 1
+            raise PackingError(f"{path}: row {row + j}: input_ids[{k - int(offsets[j])}] is null")
+        values = flat.to_numpy(zero_copy_only=False)
+        if len(values) and (values.min() < 0 or values.max() > MAX_TOKEN_ID):
+            k = int(np.flatnonzero((values < 0) | (values > MAX_TOKEN_ID))[0])
+            j = int(np.searchsorted(offsets, k, side="right")) - 1
+            raise PackingError(
+                f"{path}: row {row + j}: input_ids[{k - int(offsets[j])}] is {int(values[k])}: token ids "
+                f"must be integers in 0..{MAX_TOKEN_ID}"
+            )
         if mode == "mask":
             mcol = rb.column("loss_mask")
             mlens = pc.list_value_length(mcol).to_numpy(zero_copy_only=False)
@@ -269,7 +320,12 @@ def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
                     else 0
                 )
                 raise PackingError(f"{path}: row {row + j}: loss_mask length differs from input_ids")
-            m = mcol.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+            mflat = mcol.flatten()
+            if mflat.null_count:
+                k = int(np.flatnonzero(mflat.is_null().to_numpy(zero_copy_only=False))[0])
+                j = int(np.searchsorted(offsets, k, side="right")) - 1
+                raise PackingError(f"{path}: row {row + j}: loss_mask[{k - int(offsets[j])}] is null")
+            m = mflat.to_numpy(zero_copy_only=False).astype(np.int64)
             if len(m) and (m.min() < 0 or m.max() > 1):
                 raise PackingError(
                     f"{path}: row {row}..{row + len(lens) - 1}: loss_mask values must be 0 or 1"

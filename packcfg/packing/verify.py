@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import OVERSIZE_POLICIES, PlanError, itemize
 from packcfg.packing.sources import detect_format, spool
-from packcfg.packing.writer import iter_packed, read_metadata
+from packcfg.packing.writer import digest_add, parquet_entry, read_metadata, slot_hashes
 
 
 @dataclass
@@ -23,9 +24,12 @@ class VerifyReport:
     samples: int = 0
     tokens: int = 0
     capacity: int | None = None
+    metadata: Path | None = None  # the metadata JSON used (None: none found)
+    digest_checked: bool = False  # the samples were checked against the pack-time samples_digest
     source_checked: bool = False
     errors: list[str] = field(default_factory=list)
     error_count: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -37,11 +41,25 @@ class VerifyReport:
             self.errors.append(message)
 
 
+_BRIDGE_PACKED = re.compile(r"^(?:training|validation|test)_(\d+)\.idx\.parquet$")
+
+
+def metadata_candidates(packed: Path) -> list[Path]:
+    """Where a packed file's metadata JSON may be, in order: `X.metadata.json` (what `pack` writes for a
+    data file), `metadata.json` beside it (packcfg's default for a config without packed_metadata_path),
+    and Megatron Bridge's `<pack size>_metadata.jsonl` beside `training_<pack size>.idx.parquet`
+    (GPTSFTDatasetBuilder.pack_metadata, Megatron Bridge main)."""
+    out = [packed.with_name(packed.stem + ".metadata.json"), packed.with_name("metadata.json")]
+    m = _BRIDGE_PACKED.match(packed.name)
+    if m:
+        out.append(packed.with_name(f"{m.group(1)}_metadata.jsonl"))
+    return out
+
+
 def find_metadata(packed: Path, metadata: Path | None) -> Path | None:
     if metadata is not None:
         return metadata
-    guess = packed.with_name("metadata.json")
-    return guess if guess.is_file() else None
+    return next((c for c in metadata_candidates(packed) if c.is_file()), None)
 
 
 def metadata_entry(meta_path: Path, packed: Path) -> dict[str, Any]:
@@ -61,6 +79,37 @@ def _slot_key(tokens: np.ndarray, mask: np.ndarray) -> tuple[bytes, bytes]:
     return hashlib.blake2b(t, digest_size=16).digest(), hashlib.blake2b(t + m, digest_size=16).digest()
 
 
+def _batches(packed: Path, batch_rows: int = 1024) -> Any:
+    """Record batches of the packed file as flat numpy arrays: (ids, ids_off, mask, mask_off, st, st_off)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(packed)
+    except FileNotFoundError:
+        raise PackingError(f"{packed}: no such file") from None
+    except (OSError, pa.ArrowException) as exc:
+        raise PackingError(f"{packed}: not a readable Parquet file ({exc})") from None
+    names = pf.schema_arrow.names
+    want = ["input_ids", "loss_mask", "seq_start_id"]
+    missing = [c for c in want if c not in names]
+    if missing:
+        raise PackingError(f"{packed}: missing column(s) {', '.join(missing)} (columns: {', '.join(names)})")
+    try:
+        for rb in pf.iter_batches(batch_size=batch_rows, columns=want):
+            out = []
+            for c in want:
+                arr = rb.column(c)
+                if arr.null_count or (len(arr) and arr.flatten().null_count):
+                    raise PackingError(f"{packed}: column {c} holds nulls")
+                off = np.asarray(arr.offsets, dtype=np.int64)
+                vals = arr.flatten().to_numpy(zero_copy_only=False) if len(arr) else np.zeros(0, np.int64)
+                out += [vals, off - off[0]]
+            yield tuple(out)
+    except pa.ArrowException as exc:
+        raise PackingError(f"{packed}: cannot read ({exc})") from None
+
+
 def verify_packed(
     packed: Path,
     metadata: Path | None = None,
@@ -69,14 +118,28 @@ def verify_packed(
     capacity: int | None = None,
     max_errors: int = 20,
 ) -> VerifyReport:
-    """Row invariants always; with `source`, that every source sample is in exactly one slot, intact.
+    """Row invariants always, and the samples against the metadata (counts, and the pack-time digest of
+    every sample: dropped, duplicated or altered samples are found without the source); with `source`,
+    that every source sample is in exactly one slot, intact.
 
     Raises PackingError when the inputs cannot be read (exit 2); violations go into the report (exit 1).
+    Memory: one record batch of rows plus 8 bytes per sample.
     """
     packed = Path(packed)
     report = VerifyReport(packed)
     meta_path = find_metadata(packed, metadata)
+    report.metadata = meta_path
     entry: dict[str, Any] = metadata_entry(meta_path, packed) if meta_path is not None else {}
+    file_entry = parquet_entry(packed) if packed.is_file() else None
+    if file_entry is not None:
+        if not entry:
+            entry = file_entry  # the file carries its own entry
+        elif entry.get("fingerprint") and entry.get("fingerprint") != file_entry.get("fingerprint"):
+            report.add(
+                f"{meta_path}: its entry does not describe {packed} (fingerprint differs from the one in "
+                "the file: metadata of another packing?)",
+                max_errors,
+            )
     if capacity is None and entry.get("pack_size") is not None:
         capacity = int(entry["pack_size"])
     report.capacity = capacity
@@ -85,48 +148,50 @@ def verify_packed(
 
     found: list[tuple[bytes, bytes]] = []
     where: list[tuple[int, int]] = []
-    for r, row in enumerate(iter_packed(packed)):
-        ids, mask, starts = row["input_ids"], row["loss_mask"], row["seq_start_id"]
-        report.rows += 1
-        n = len(ids)
-        report.tokens += n
-        prefix = f"{packed}: row {r}"
-        if len(mask) != n:
-            report.add(f"{prefix}: loss_mask has {len(mask)} values, input_ids {n}", max_errors)
-            continue
-        if len(starts) == 0 or starts[0] != 0:
-            report.add(f"{prefix}: seq_start_id must start at 0, got {list(starts[:3])}", max_errors)
-            continue
-        if np.any(np.diff(starts) <= 0):
-            report.add(f"{prefix}: seq_start_id not strictly increasing: {list(starts[:8])}", max_errors)
-            continue
-        if starts[-1] >= n:
-            report.add(f"{prefix}: seq_start_id {int(starts[-1])} outside the row (length {n})", max_errors)
-            continue
-        if len(mask) and (mask.min() < 0 or mask.max() > 1):
-            report.add(f"{prefix}: loss_mask values must be 0 or 1", max_errors)
-            continue
-        bounds = np.append(starts, n)
-        if np.any(mask[bounds[1:] - 1] != 0):
-            j = int(np.flatnonzero(mask[bounds[1:] - 1] != 0)[0])
-            report.add(
-                f"{prefix}: sample {j}: loss_mask is not 0 at its last position (not label-aligned)",
-                max_errors,
-            )
-        runtime = n - len(starts)  # each sample gives up one token at runtime (input vs label)
-        if capacity is not None and runtime > capacity:
-            report.add(f"{prefix}: {runtime} runtime tokens exceed pack_size {capacity}", max_errors)
-        if align > 1 and np.any((np.diff(bounds) - 1) % align):
-            report.add(
-                f"{prefix}: a sample's runtime length is not a multiple of pad_seq_to_mult {align}",
-                max_errors,
-            )
-        report.samples += len(starts)
-        if source is not None:
-            for j in range(len(starts)):
-                s, e = int(bounds[j]), int(bounds[j + 1])
-                found.append(_slot_key(ids[s:e], mask[s:e]))
-                where.append((r, j))
+    slot_hash_parts: list[np.ndarray] = []
+    slot_row_parts: list[np.ndarray] = []
+    row_hash_parts: list[np.ndarray] = []
+    r0 = 0
+    for ids, ids_off, mask, mask_off, st, st_off in _batches(packed):
+        nrows = len(ids_off) - 1
+        rows = _check_batch(report, r0, ids, ids_off, mask, mask_off, st, st_off, capacity, align, max_errors)
+        # the slots of the rows that passed the structural checks
+        good = np.flatnonzero(rows)
+        if len(good):
+            counts = np.diff(st_off)[good]  # samples per good row
+            cum = np.cumsum(counts)
+            j_in_row = np.arange(int(cum[-1])) - np.repeat(cum - counts, counts)
+            slot_rows = np.repeat(good, counts)
+            rel_starts = st[np.repeat(st_off[good], counts) + j_in_row].astype(np.int64)
+            rel_ends = np.empty_like(rel_starts)
+            rel_ends[:-1] = rel_starts[1:]
+            rel_ends[cum - 1] = np.diff(ids_off)[good]  # a row's last slot ends with the row
+            lens = rel_ends - rel_starts
+            within = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+            base = np.repeat(rel_starts, lens) + within
+            gi = base + np.repeat(ids_off[slot_rows], lens)
+            gm = base + np.repeat(mask_off[slot_rows], lens)
+            flat_off = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=flat_off[1:])
+            slot_ids, slot_mask = ids[gi], mask[gm]
+            slot_hash_parts.append(slot_hashes(slot_ids, slot_mask, flat_off))
+            slot_row_parts.append((slot_rows + r0).astype(np.int64))
+            report.samples += int(cum[-1])
+            if source is not None:
+                for k in range(len(lens)):
+                    s, e = int(flat_off[k]), int(flat_off[k + 1])
+                    found.append(_slot_key(slot_ids[s:e], slot_mask[s:e]))
+                    where.append((r0 + int(slot_rows[k]), int(j_in_row[k])))
+        row_hash_parts.append(
+            slot_hashes(ids, mask, ids_off) if mask_off[-1] == ids_off[-1] else np.zeros(nrows, np.uint64)
+        )
+        report.rows += nrows
+        report.tokens += int(ids_off[-1])
+        r0 += nrows
+    slot_h = np.concatenate(slot_hash_parts) if slot_hash_parts else np.zeros(0, np.uint64)
+    slot_row = np.concatenate(slot_row_parts) if slot_row_parts else np.zeros(0, np.int64)
+    row_h = np.concatenate(row_hash_parts) if row_hash_parts else np.zeros(0, np.uint64)
+    _check_against_metadata(report, entry, meta_path or packed, slot_h, slot_row, row_h, max_errors)
     if source is not None:
         _check_against_source(
             report,
@@ -141,6 +206,164 @@ def verify_packed(
             max_errors,
         )
     return report
+
+
+def _check_batch(
+    report: VerifyReport,
+    r0: int,
+    ids: np.ndarray,
+    ids_off: np.ndarray,
+    mask: np.ndarray,
+    mask_off: np.ndarray,
+    st: np.ndarray,
+    st_off: np.ndarray,
+    capacity: int | None,
+    align: int,
+    max_errors: int,
+) -> np.ndarray:
+    """Row invariants of one batch; returns a bool per row: its samples can be read (structure ok)."""
+    packed = report.path
+    nrows = len(ids_off) - 1
+    n = np.diff(ids_off)
+    ok = np.ones(nrows, dtype=bool)
+    mlen = np.diff(mask_off)
+    for r in np.flatnonzero(mlen != n)[: max_errors + 1]:
+        report.add(
+            f"{packed}: row {r0 + r}: loss_mask has {int(mlen[r])} values, input_ids {int(n[r])}", max_errors
+        )
+    ok &= mlen == n
+    nst = np.diff(st_off)
+    first = np.where(nst > 0, st[np.minimum(st_off[:-1], max(len(st) - 1, 0))] if len(st) else -1, -1)
+    bad = ok & ((nst == 0) | (first != 0))
+    for r in np.flatnonzero(bad)[: max_errors + 1]:
+        got = st[st_off[r] : st_off[r] + 3].tolist()
+        report.add(f"{packed}: row {r0 + r}: seq_start_id must start at 0, got {got}", max_errors)
+    ok &= ~bad
+    if len(st) > 1:
+        inc = np.diff(st.astype(np.int64)) <= 0
+        inc[st_off[1:-1] - 1] = False  # pairs across a row boundary
+        inc = inc[: len(st) - 1]
+        bad_rows = np.zeros(nrows, dtype=bool)
+        bad_rows[np.searchsorted(st_off, np.flatnonzero(inc), side="right") - 1] = True
+        bad_rows &= ok
+        for r in np.flatnonzero(bad_rows)[: max_errors + 1]:
+            got = st[st_off[r] : st_off[r] + 8].tolist()
+            report.add(f"{packed}: row {r0 + r}: seq_start_id not strictly increasing: {got}", max_errors)
+        ok &= ~bad_rows
+    last = np.where(nst > 0, st[np.maximum(st_off[1:] - 1, 0)] if len(st) else 0, 0)
+    bad = ok & (last >= n)
+    for r in np.flatnonzero(bad)[: max_errors + 1]:
+        report.add(
+            f"{packed}: row {r0 + r}: seq_start_id {int(last[r])} outside the row (length {int(n[r])})",
+            max_errors,
+        )
+    ok &= ~bad
+    if len(ids):
+        neg = np.flatnonzero(ids < 0)
+        if len(neg):
+            rows = np.searchsorted(ids_off, neg, side="right") - 1
+            for r in np.unique(rows)[: max_errors + 1]:
+                k = int(neg[np.searchsorted(rows, r)])
+                report.add(
+                    f"{packed}: row {r0 + r}: input_ids[{k - int(ids_off[r])}] is {int(ids[k])}: "
+                    "negative token id",
+                    max_errors,
+                )
+    if len(mask) and (mask.min() < 0 or mask.max() > 1):
+        badm = np.flatnonzero((mask < 0) | (mask > 1))
+        rows = np.unique(np.searchsorted(mask_off, badm, side="right") - 1)
+        for r in rows[: max_errors + 1]:
+            report.add(f"{packed}: row {r0 + r}: loss_mask values must be 0 or 1", max_errors)
+        okm = np.ones(nrows, dtype=bool)
+        okm[rows] = False
+        ok &= okm
+    # per-slot checks on the rows whose structure is sound
+    for r in np.flatnonzero(ok):
+        row_ids_n = int(n[r])
+        starts = st[st_off[r] : st_off[r + 1]].astype(np.int64)
+        m = mask[mask_off[r] : mask_off[r + 1]]
+        bounds = np.append(starts, row_ids_n)
+        if np.any(m[bounds[1:] - 1] != 0):
+            j = int(np.flatnonzero(m[bounds[1:] - 1] != 0)[0])
+            report.add(
+                f"{packed}: row {r0 + r}: sample {j}: loss_mask is not 0 at its last position "
+                "(not label-aligned)",
+                max_errors,
+            )
+        runtime = row_ids_n - len(starts)  # each sample gives up one token at runtime (input vs label)
+        if capacity is not None and runtime > capacity:
+            report.add(
+                f"{packed}: row {r0 + r}: {runtime} runtime tokens exceed pack_size {capacity}", max_errors
+            )
+        if align > 1 and np.any((np.diff(bounds) - 1) % align):
+            report.add(
+                f"{packed}: row {r0 + r}: a sample's runtime length is not a multiple of pad_seq_to_mult "
+                f"{align}",
+                max_errors,
+            )
+    return ok
+
+
+def _check_against_metadata(
+    report: VerifyReport,
+    entry: dict[str, Any],
+    meta: Path,
+    slot_h: np.ndarray,
+    slot_row: np.ndarray,
+    row_h: np.ndarray,
+    max_errors: int,
+) -> None:
+    """Counts and the samples digest against what `pack` recorded; duplicates named when they explain it."""
+    packed = report.path
+    packs, samples = entry.get("packs"), entry.get("items_packed")
+    if samples is None and not (entry.get("oversize") or {}).get("split_pieces"):
+        samples = entry.get("samples_packed")  # metadata from before items_packed; no split pieces
+    suspicious = False
+    if isinstance(packs, int) and packs != report.rows:
+        report.add(f"{packed}: {report.rows:,} rows, the metadata ({meta}) says {packs:,} packs", max_errors)
+        suspicious = True
+    if isinstance(samples, int) and samples != report.samples and report.error_count == 0:
+        report.add(
+            f"{packed}: {report.samples:,} samples, the metadata ({meta}) says {samples:,} were packed",
+            max_errors,
+        )
+        suspicious = True
+    want = entry.get("samples_digest")
+    if isinstance(want, str) and report.error_count == 0:
+        got = f"{digest_add(0, slot_h):016x}"
+        report.digest_checked = True
+        if got != want:
+            report.add(
+                f"{packed}: the samples differ from what pack wrote (samples_digest {got}, metadata {want}): "
+                "a sample was dropped, duplicated or altered",
+                max_errors,
+            )
+            suspicious = True
+    if not (suspicious or not isinstance(want, str)):
+        return
+    # name duplicated rows (and samples) when the metadata says something is wrong, else warn
+    uniq, first, counts = np.unique(row_h, return_index=True, return_counts=True)
+    for h in uniq[counts > 1][: max_errors + 1]:
+        rows = np.flatnonzero(row_h == h)
+        msg = f"{packed}: row {int(rows[1])} is identical to row {int(rows[0])}"
+        if suspicious:
+            report.add(f"{msg} (duplicated row)", max_errors)
+        else:
+            report.warnings.append(
+                f"{msg} (no samples_digest in the metadata to tell a duplicate from a repeated source sample)"
+            )
+    if suspicious:
+        uniq, counts = np.unique(slot_h, return_counts=True)
+        dup = uniq[counts > 1]
+        if len(dup) and len(dup) <= max_errors:
+            for h in dup:
+                rows = slot_row[slot_h == h]
+                if len(np.unique(rows)) > 1:
+                    report.add(
+                        f"{packed}: row {int(rows[1])} repeats a sample of row {int(rows[0])} (duplicated "
+                        "sample, or a repeated sample in the source)",
+                        max_errors,
+                    )
 
 
 def _meta_path(value: Any) -> Path | None:

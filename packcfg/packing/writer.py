@@ -64,10 +64,79 @@ def pack_rows(
     return tokens, mask, row_tok_end, seq_starts, seq_offsets
 
 
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def slot_hashes(tokens: np.ndarray, mask: np.ndarray, slot_offsets: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of every sample slot (its tokens, loss mask and length) in flat rows, vectorised.
+
+    `slot_offsets` (len n+1) bounds the slots in `tokens`/`mask`. The pack-time sum of these hashes is the
+    metadata's `samples_digest`; `verify` recomputes it from the file alone, so a sample dropped,
+    duplicated or altered after packing is found without the source.
+    """
+    n = len(slot_offsets) - 1
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    lens = np.diff(slot_offsets).astype(np.int64)
+    starts = slot_offsets[:-1].astype(np.int64)
+    pos = np.arange(int(slot_offsets[-1] - slot_offsets[0]), dtype=np.uint64)
+    pos -= np.repeat(starts - int(slot_offsets[0]), lens).astype(np.uint64)
+    lo, hi = int(slot_offsets[0]), int(slot_offsets[-1])
+    with np.errstate(over="ignore"):
+        v = np.asarray(tokens[lo:hi]).astype(np.int64).astype(np.uint64) * np.uint64(2)
+        v += np.asarray(mask[lo:hi]).astype(np.uint64) & np.uint64(1)
+        v += (pos + np.uint64(1)) * _GOLD
+        m = _mix(v)
+        nonempty = lens > 0
+        sums = np.zeros(n, dtype=np.uint64)
+        if nonempty.any():
+            sums[nonempty] = np.add.reduceat(m, (starts - lo)[nonempty])
+        return _mix(sums + lens.astype(np.uint64) * _M1)
+
+
+def digest_add(digest: int, hashes: np.ndarray) -> int:
+    """Add slot hashes to a running digest (sum mod 2**64: independent of row and sample order)."""
+    with np.errstate(over="ignore"):
+        return (digest + int(hashes.sum(dtype=np.uint64))) & 0xFFFFFFFFFFFFFFFF
+
+
 def _list_array(values: np.ndarray, offsets: np.ndarray) -> Any:
     import pyarrow as pa
 
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+
+# Parquet settings are keyed by a column's leaf path; for a list column that is `<name>.list.element`
+# (keying them by the top-level name, as before, silently applied the defaults).
+COLUMNS = ("input_ids", "loss_mask", "seq_start_id")
+
+
+def leaf(column: str) -> str:
+    """The Parquet leaf path of a list<...> column: what compression/dictionary settings are keyed by."""
+    return f"{column}.list.element"
+
+
+# Chosen by measurement (docs/packing.md, "Output size"): token ids are dictionary-encoded (a vocabulary
+# fits the 1 MiB dictionary page: ids become 15-17-bit codes) and zstd-compressed; the 0/1 loss mask is
+# dictionary/RLE encoded (a few bits per run); seq_start_id is small and zstd-compressed.
+COMPRESSION = {leaf("input_ids"): "zstd", leaf("loss_mask"): "zstd", leaf("seq_start_id"): "zstd"}
+COMPRESSION_LEVEL = {leaf("input_ids"): 1, leaf("loss_mask"): 1, leaf("seq_start_id"): 1}
+DICTIONARY = [leaf("input_ids"), leaf("loss_mask")]
+
+# the key of packcfg's own entry in the Parquet file's key-value metadata: it marks a file packcfg wrote
+PARQUET_KEY = b"packcfg"
 
 
 def write_packed(
@@ -80,12 +149,17 @@ def write_packed(
     progress: Any = None,
     rows_per_group: int | None = None,
     fail_after_rows: int | None = None,
+    file_metadata: dict[str, Any] | None = None,
+    inputs: tuple[Path | None, ...] = (),
 ) -> np.ndarray:
     """Write the packed Parquet atomically; returns the pack ids in file row order.
 
     Packs are written in a seeded random order (Bridge's packer shuffles too): a best-fit plan lists its
     packs from the longest samples to the shortest, and a trainer that reads rows in order must not see
-    that drift. `fail_after_rows` exists for tests of atomicity (raise mid-write).
+    that drift. `file_metadata` gets `samples_digest` (the sum of `slot_hashes` over every slot) and goes
+    into the file's key-value metadata under `packcfg` (it marks the file as packcfg's: `pack` replaces only
+    such files without --force). `inputs`: files the output must not
+    be. `fail_after_rows` exists for tests of atomicity (raise mid-write).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -103,20 +177,21 @@ def write_packed(
         ]
     )
     written = 0
-    with atomic_path(out_path) as tmp:
-        # Encodings chosen by measurement: token ids are near-incompressible, so snappy without a dictionary
-        # writes ~2x faster than zstd for ~1.5x the size; the 0/1 mask (stored as INT32 by Parquet) costs
-        # almost nothing once dictionary/RLE-encoded.
+    digest = 0
+    with atomic_path(out_path, inputs=inputs, what="packed file") as tmp:
         with pq.ParquetWriter(
             tmp,
             schema,
-            compression={"input_ids": "snappy", "loss_mask": "none", "seq_start_id": "snappy"},
-            use_dictionary=["loss_mask"],
+            compression=COMPRESSION,
+            compression_level=COMPRESSION_LEVEL,
+            use_dictionary=DICTIONARY,
             write_statistics=False,
         ) as writer:
             for lo in range(0, n, rows_per_group):
                 packs = row_order[lo : lo + rows_per_group]
                 tokens, mask, row_off, seq_starts, seq_off = pack_rows(spool, p, packs, pad_id)
+                slots = np.append(seq_starts + np.repeat(row_off[:-1], np.diff(seq_off)), row_off[-1])
+                digest = digest_add(digest, slot_hashes(tokens, mask, slots))
                 table = pa.Table.from_arrays(
                     [
                         _list_array(tokens, row_off),
@@ -131,7 +206,26 @@ def write_packed(
                     progress.update(len(packs))
                 if fail_after_rows is not None and written >= fail_after_rows:
                     raise OSError("injected failure (test)")
+            if file_metadata is not None:
+                file_metadata["samples_digest"] = f"{digest:016x}"
+                # written into the footer at close: the digest is known only now
+                writer.add_key_value_metadata({PARQUET_KEY: json.dumps(file_metadata, sort_keys=True)})
     return row_order
+
+
+def parquet_entry(path: Path) -> dict[str, Any] | None:
+    """packcfg's entry in a Parquet file's key-value metadata (None: not a Parquet file packcfg wrote)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        kv = pq.read_metadata(path).metadata or {}
+        entry = json.loads(kv[PARQUET_KEY]) if PARQUET_KEY in kv else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return (
+        entry if isinstance(entry, dict) and str(entry.get("fingerprint", "")).startswith("sha256:") else None
+    )
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

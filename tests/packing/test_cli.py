@@ -235,7 +235,7 @@ def test_analyze_recipe_and_compare(capsys, tiny_recipe):
         (
             '{"input_ids": [1, "x"]}\n',
             ["--capacity", "10"],
-            ["bad.jsonl:1", "input_ids must hold integers", "'x'"],
+            ["bad.jsonl:1", 'input_ids[1] is "x"', "token ids must be integers"],
         ),
         ('{"input_ids": []}\n', ["--capacity", "10"], ["bad.jsonl:1", "non-empty"]),
         ('{"input_ids": [1, 2], "loss_mask": [1]}\n', ["--capacity", "10"], ["bad.jsonl:1", "loss_mask"]),

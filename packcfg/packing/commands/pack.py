@@ -25,7 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pad-id", type=int, help="pad token for pad_seq_to_mult (default: the tokenizer's EOS, else 0)"
     )
-    p.add_argument("--force", action="store_true", help="repack even if the output is up to date")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="repack even if the output is up to date, and replace a packed file packcfg did not write",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
 
 
@@ -34,10 +38,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from packcfg.core.atomic import exit_on_signals
     from packcfg.packing.api import pack_dataset
 
-    settings, _ = resolve_settings(args, need_output=True)
-    result = pack_dataset(settings, force=args.force, progress=not args.quiet)
+    settings, config = resolve_settings(args, need_output=True)
+    inputs = [Path(args.input), *map(Path, args.config_files)] if config is not None else []
+    # SIGTERM/SIGINT unwind through every cleanup (temporary file, spool folder): exit 143/130
+    with exit_on_signals():
+        result = pack_dataset(settings, force=args.force, progress=not args.quiet, inputs=inputs)
     if not args.quiet:
         m = result.metadata
         if result.created:

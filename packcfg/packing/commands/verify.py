@@ -10,9 +10,11 @@ from packcfg.packing.commands._common import CONFIG_SUFFIXES, run_guarded
 
 DESCRIPTION = (
     "Check a packed Parquet file: loss_mask as long as input_ids and label-aligned, seq_start_id from 0, "
-    "increasing and inside the row, each pack within pack_size (from the metadata). With --source, also that "
-    "every source sample appears exactly once with its tokens and loss mask intact. Exit 0 ok, 1 violations, "
-    "2 unreadable input. An experiment YAML stands for its packed file, metadata and source."
+    "increasing and inside the row, token ids not negative, each pack within pack_size (from the metadata); "
+    "row and sample counts and the samples digest against the metadata (a sample dropped, duplicated or "
+    "altered after packing is found without the source). With --source, also that every source sample "
+    "appears exactly once with its tokens and loss mask intact. Exit 0 ok, 1 violations, 2 unreadable "
+    "input. An experiment YAML stands for its packed file, metadata and source."
 )
 
 
@@ -21,7 +23,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--source", type=Path, help="the data it was packed from (JSONL/Parquet of ids, or SFT text)"
     )
-    p.add_argument("--metadata", type=Path, help="metadata JSON (default: metadata.json beside the file)")
+    p.add_argument(
+        "--metadata",
+        type=Path,
+        help="metadata JSON (default: X.metadata.json, metadata.json or Bridge's <size>_metadata.jsonl "
+        "beside the file X, else the entry pack stores in the file itself)",
+    )
     p.add_argument(
         "--tokenizer", type=Path, help="tokenizer.json for SFT text sources (default: from metadata)"
     )
@@ -57,6 +64,8 @@ def _run(args: argparse.Namespace) -> int:
     report = verify_packed(packed, metadata, source, tokenizer, args.capacity, max(1, args.max_errors))
     for msg in report.errors:
         print(msg, file=sys.stderr)
+    for msg in report.warnings[: max(1, args.max_errors)]:
+        print(f"warning: {msg}", file=sys.stderr)
     if report.error_count > len(report.errors):
         print(f"... and {report.error_count - len(report.errors)} more", file=sys.stderr)
     if report.rows == 0:
@@ -66,5 +75,8 @@ def _run(args: argparse.Namespace) -> int:
         what = "rows and source" if report.source_checked else "rows"
         cap = f", pack_size {report.capacity}" if report.capacity else ", no pack_size (no metadata)"
         status = "ok" if report.ok else f"{report.error_count} violation(s)"
-        print(f"{packed}: {report.rows:,} packs, {report.samples:,} samples{cap}; checked {what}: {status}")
+        digest = " (samples digest matches the metadata)" if report.digest_checked and report.ok else ""
+        print(
+            f"{packed}: {report.rows:,} packs, {report.samples:,} samples{cap}; checked {what}: {status}{digest}"
+        )
     return 0 if report.ok else 1
