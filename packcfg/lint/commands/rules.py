@@ -9,13 +9,51 @@ DESCRIPTION = "List every rule: code, severity, whether --fix can fix it, and it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json", "markdown"),
+        default="text",
+        help="output format (markdown: the rule catalogue of docs/lint.md)",
+    )
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def markdown() -> str:
+    """The rule catalogue as docs/lint.md carries it (a test keeps the two equal): a table, then one section
+    per rule (the anchor SARIF's helpUri points at) with what it checks, why, and where it comes from."""
+    from packcfg.lint.engine import rules
+
+    table = rules()
+    out = ["| code | severity | fix | rule |", "|---|---|---|---|"]
+    for r in table.values():
+        out.append(
+            f"| [{r.code}](#{r.code.lower()}) | {r.severity.value} | {'yes' if r.fixable else ''} | {_cell(r.title)} |"
+        )
+    for r in table.values():
+        d = r.docs
+        out += [
+            "",
+            f"### {r.code}",
+            f"**{_cell(r.title)}** ({r.severity.value}{', fixable with `--fix`' if r.fixable else ''}). "
+            f"Examples: `packcfg explain {r.code}`.",
+            "",
+            f"- What: {' '.join(d.what.split())}",
+            f"- Why: {' '.join(d.why.split())}",
+            f"- Source: {' '.join(d.source.split())}",
+        ]
+    return "\n".join(out) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
     from packcfg.lint.engine import rules
 
     table = rules()
+    if args.format == "markdown":
+        sys.stdout.write(markdown())
+        return 0
     if args.format == "json":
         import json
 
