@@ -321,3 +321,28 @@ def test_typed_and_unknown_fields_still_checked() -> None:
     assert issues[("model", "tensr_model_parallel_size")].severity is Severity.WARNING
     assert "tensor_model_parallel_size" in issues[("model", "tensr_model_parallel_size")].message
     assert issues[("launch", "nodez")].severity is Severity.ERROR
+
+
+def test_shipped_recipes_name_classes_current_bridge_has() -> None:
+    """Every `_target_` in recipes/ resolves to a class in the pinned current Bridge snapshot."""
+    import yaml
+
+    dest = _wheels_or_skip()
+    paths = [fields.wheel_path(dest, d, v) for d, v in fields.PINS["current"].items()]
+    idx = fields.ClassIndex(fields.SourceTree.from_wheels(paths))
+
+    def targets(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "_target_" and isinstance(v, str):
+                    yield v
+                else:
+                    yield from targets(v)
+
+    missing = []
+    for recipe in sorted((REPO / "recipes").glob("*.yaml")):
+        for target in targets(yaml.safe_load(recipe.read_text(encoding="utf-8"))):
+            module, _, name = target.rpartition(".")
+            if not isinstance(idx.resolve(module, name), fields.ClassRef):
+                missing.append(f"{recipe.name}: {target}")
+    assert missing == []
