@@ -3,9 +3,12 @@ them too): gate -> bundle -> backend -> job record."""
 
 from __future__ import annotations
 
+import copy
+import os
+import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -14,7 +17,8 @@ from packcfg.launch import LaunchError
 from packcfg.launch.backends import get_backend
 from packcfg.launch.bundle import JobBundle, now_utc, render_bundle, source_date
 from packcfg.launch.gate import GateResult, format_diagnostics, run_gate
-from packcfg.launch.state import JobRecord, JobStore
+from packcfg.launch.spec import launch_spec
+from packcfg.launch.state import FAILED, JobRecord, JobStore
 
 
 class GateRefused(LaunchError):
@@ -34,18 +38,88 @@ class DuplicateJob(LaunchError):
     """The same config hash was submitted before (and `--force` was not given)."""
 
 
-def _load(files: Sequence[str | Path], overrides: Sequence[str]) -> dict[str, Any]:
-    from packcfg.core.config import ConfigError, load_config
+def _load(files: Sequence[str | Path], overrides: Sequence[str]) -> Any:
+    """The merged config with where each value was set (`LocatedConfig`); LaunchError when unreadable."""
+    from packcfg.core.config import ConfigError, load_located
 
     try:
-        return load_config(list(files), list(overrides))
+        located = load_located(list(files), list(overrides))
     except ConfigError as exc:
         raise LaunchError(str(exc)) from None
+    for file, problem in located.problems:
+        if problem.fatal:
+            raise LaunchError(f"{file}:{problem.line}:{problem.column}: {problem.code} {problem.message}")
+    return located
 
 
-def effective_overrides(overrides: Sequence[str], backend: str | None) -> list[str]:
-    """`--backend X` is the override `launch.backend=X`: it is part of the resolved config (and hash)."""
-    return [*overrides, f"launch.backend={backend}"] if backend else list(overrides)
+def _where(located: Any, path: Sequence[str]) -> str:
+    """`file:line:col` of the setting at `path` (an override shows as `-o KEY=VALUE`)."""
+    from packcfg.core.config import OVERRIDE_PREFIX, is_override_source
+
+    pos = located.sources.exact(tuple(path))
+    if pos is None:
+        return ""
+    if is_override_source(pos.file):
+        return f"-o {pos.file[len(OVERRIDE_PREFIX) : -1]}"
+    return f"{pos.file}:{pos.line}:{pos.column}"
+
+
+def check_secrets(located: Any) -> None:
+    """Refuse literal secret-looking values anywhere in the config (see `packcfg.launch.secrets`)."""
+    from packcfg.launch.secrets import literal_secrets, words
+
+    found = list(literal_secrets(located.data))
+    if not found:
+        return
+    path, _ = found[0]
+    key = path[-1]
+    var = "_".join(w.upper() for w in words(key))
+    where = _where(located, path)
+    hint = (
+        f"launch.env: {{{key}: ${{{var}}}}} or launch.env_from: [{key}]"
+        if tuple(path[:2]) == ("launch", "env")
+        else f"{key}: ${{oc.env:{var}}}"
+    )
+    more = f" (and {len(found) - 1} more: {', '.join('.'.join(p) for p, _ in found[1:4])})" if len(found) > 1 else ""
+    raise LaunchError(
+        f"{where + ': ' if where else ''}{'.'.join(path)} holds a literal secret-looking value{more}; "
+        f"refusing to write it into the job bundle: read it from the environment ({hint})"
+    )
+
+
+def check_world_size(located: Any, config: Mapping[str, Any], spec: Any, backend: str | None) -> None:
+    """The job's world size is what the bundle asks for: `launch.nodes` x `launch.gpus_per_node` (each 1
+    when the config does not set it; on CPU, gpus_per_node counts processes). It must be divisible by
+    TP*PP*CP. Plain lint checks this as PL601 when the config has a `launch` section; this covers the
+    job a backend flag (or the launch defaults) makes of a config without one, and says where each
+    number came from, so the message never points at a line the user did not write."""
+    from packcfg.core.config import get_path
+
+    sizes = []
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        value = get_path(config, ("model", key), 1)
+        sizes.append(value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1)
+    mp = sizes[0] * sizes[1] * sizes[2]
+    world = spec.nodes * spec.gpus_per_node
+    if world % mp == 0:
+        return
+
+    def origin(key: str, value: int) -> str:
+        where = _where(located, ("launch", key))
+        return f"launch.{key} {value} ({where})" if where else f"launch.{key} {value} (not set: default)"
+
+    names = ("tensor", "pipeline", "context")
+    parts = [
+        f"{n[0].upper()}P {v} ({_where(located, ('model', f'{n}_model_parallel_size')) or 'default'})"
+        for n, v in zip(names, sizes, strict=True)
+        if v > 1
+    ]
+    via = f"--backend {backend}" if backend else f"launch.backend {spec.backend}"
+    raise LaunchError(
+        f"{via}: the job would start {world} process(es): world size = {origin('nodes', spec.nodes)} x "
+        f"{origin('gpus_per_node', spec.gpus_per_node)}, which is not divisible by TP*PP*CP = {mp} "
+        f"({', '.join(parts)}); set launch.nodes and launch.gpus_per_node in the config"
+    )
 
 
 def gate_and_render(
@@ -56,26 +130,41 @@ def gate_and_render(
     allow: Sequence[str] = (),
     when: str | None = None,
     profile: str | None = None,
+    directory: Path | None = None,
 ) -> tuple[JobBundle, GateResult]:
-    """Lint (raises GateRefused on unallowed errors), then render the bundle in memory."""
+    """Lint (raises GateRefused on unallowed errors), then render the bundle in memory.
+
+    The gate lints exactly what plain `packcfg lint FILES -o OVERRIDES` lints: `--backend` is a flag,
+    not an override, so it neither adds findings nor moves them. The bundle's config then records the
+    backend (`launch.backend`), and the world size the chosen backend will start is checked."""
     if not files:
         raise LaunchError("no config file given")
     for f in files:
         if not Path(f).is_file():
             raise LaunchError(f"{f}: no such file")
-    all_overrides = effective_overrides(overrides, backend)
-    gate = run_gate(files, all_overrides, allow=allow, when=when, profile=profile)
+    gate = run_gate(files, list(overrides), allow=allow, when=when, profile=profile)
     if not gate.passed:
         raise GateRefused(gate, format_diagnostics(gate, files))
-    config = _load(files, all_overrides)
+    located = _load(files, overrides)
+    check_secrets(located)
+    config = copy.deepcopy(located.data)
+    if backend:
+        launch = config.get("launch")
+        if not isinstance(launch, dict):
+            launch = config["launch"] = {}
+        launch["backend"] = backend
+    spec = launch_spec(config, backend)
+    if not any(a.code == "PL601" for a in gate.allowed):
+        check_world_size(located, config, spec, backend)
     bundle = render_bundle(
         config,
         sources=files,
-        overrides=all_overrides,
+        overrides=list(overrides),
         allowed=gate.allowed,
         lint_summary=gate.summary(),
         created_at=when,
         backend=backend,
+        directory=directory.expanduser().resolve() if directory is not None else None,
     )
     return bundle, gate
 
@@ -88,12 +177,14 @@ def render(
     backend: str | None = None,
     allow: Sequence[str] = (),
     profile: str | None = None,
+    force: bool = False,
 ) -> tuple[Path, JobBundle, GateResult]:
-    """`packcfg render`: reproducible, so the only time in it is SOURCE_DATE_EPOCH (when set)."""
+    """`packcfg render`: reproducible, so the only time in it is SOURCE_DATE_EPOCH (when set). Never
+    writes over an input of the command; a folder holding other files is refused unless `force`."""
     bundle, gate = gate_and_render(
-        files, overrides, backend=backend, allow=allow, when=source_date(), profile=profile
+        files, overrides, backend=backend, allow=allow, when=source_date(), profile=profile, directory=out_dir
     )
-    return bundle.write(out_dir), bundle, gate
+    return bundle.write(out_dir, force=force, inputs=list(files)), bundle, gate
 
 
 @dataclass
@@ -114,6 +205,9 @@ def _job_id(store: JobStore, bundle: JobBundle, when: str) -> str:
     return job_id
 
 
+SUBMITTING = "submitting"
+
+
 def launch(
     files: Sequence[str | Path],
     overrides: Sequence[str] = (),
@@ -126,52 +220,89 @@ def launch(
     state_dir: Path | str | None = None,
     bundle_dir: Path | None = None,
     profile: str | None = None,
+    on_started: Callable[[JobRecord, Any], None] | None = None,
 ) -> LaunchResult:
     """`packcfg launch`: gate, render, refuse a duplicate, write the bundle, submit, record."""
     when = source_date() or now_utc()
-    bundle, gate = gate_and_render(files, overrides, backend=backend, allow=allow, when=when, profile=profile)
+    bundle, gate = gate_and_render(
+        files, overrides, backend=backend, allow=allow, when=when, profile=profile, directory=bundle_dir
+    )
     store = JobStore(state_dir)
-    previous = store.with_hash(bundle.config_hash)
-    if previous and not force and not dry_run:
-        ids = ", ".join(f"{r.id} ({r.status})" for r in previous)
-        raise DuplicateJob(
-            f"this config (sha256 {bundle.config_hash[:12]}) was already submitted as {ids}; "
-            "pass --force to submit it again"
-        )
-    chosen = bundle.spec.backend
-    be = _backend(chosen, executor)
+    be = _backend(bundle.spec.backend, executor)
     if dry_run:
         target = bundle_dir.expanduser().resolve() if bundle_dir else Path("<bundle>")
         if bundle_dir:
-            bundle.write(bundle_dir)
+            bundle.write(bundle_dir, inputs=list(files))
         return LaunchResult(None, bundle, gate, be.plan(target, bundle))
-    job_id = _job_id(store, bundle, when)
-    directory = bundle.write(bundle_dir or store.bundle_dir(job_id))
-    record = JobRecord(
-        id=job_id,
-        backend=chosen,
-        config_hash=bundle.config_hash,
-        bundle_dir=str(directory),
-        recipe=bundle.spec.job_name,
-        created_at=when,
-        updated_at=when,
-        allowed=[a.to_dict() for a in gate.allowed],
+    record = submit(
+        store, bundle, be, when=when, force=force, bundle_dir=bundle_dir, inputs=files, on_started=on_started
     )
-    store.save(record)  # recorded before submission: a crash mid-submit still leaves a trace
+    return LaunchResult(record, bundle, gate, be.plan(Path(record.bundle_dir), bundle))
+
+
+def submit(
+    store: JobStore,
+    bundle: JobBundle,
+    be: Any,
+    *,
+    when: str | None = None,
+    force: bool = False,
+    bundle_dir: Path | None = None,
+    inputs: Sequence[str | Path] = (),
+    on_started: Callable[[JobRecord, Any], None] | None = None,
+) -> JobRecord:
+    """Refuse a duplicate, record, write the bundle and submit it through backend `be`.
+
+    Under the store's lock: the duplicate check (only records that count as a submission: not FAILED,
+    not CANCELLED) and the write of the new record, marked `submitting`, so a concurrent launch of the
+    same config sees it. The lock is released before the bundle is written and the job submitted:
+    launches of different configs do not wait on each other's submissions."""
+    when = when or now_utc()
+    for earlier in store.with_hash(bundle.config_hash):  # best effort, outside the lock (may be slow)
+        if not earlier.terminal:
+            try:
+                refresh(store, earlier)
+            except LaunchError:
+                pass
+    with store.lock():
+        previous = store.active_with_hash(bundle.config_hash)
+        if previous and not force:
+            ids = ", ".join(f"{r.id} ({r.status})" for r in previous)
+            raise DuplicateJob(
+                f"this config (sha256 {bundle.config_hash[:12]}) was already submitted as {ids}; "
+                "pass --force to submit it again"
+            )
+        job_id = _job_id(store, bundle, when)
+        directory = (bundle_dir or store.bundle_dir(job_id)).expanduser().resolve()
+        record = JobRecord(
+            id=job_id,
+            backend=be.name,
+            config_hash=bundle.config_hash,
+            bundle_dir=str(directory),
+            recipe=bundle.spec.job_name,
+            created_at=when,
+            updated_at=when,
+            native_state=SUBMITTING,
+            allowed=[a.to_dict() for a in (bundle.render_args.get("allowed") or ())],
+            extra={"submitter": {"pid": os.getpid(), "host": socket.gethostname()}},
+        )
+        store.save(record)  # recorded before submission: a crash mid-submit still leaves a trace
     try:
+        bundle.write(directory, inputs=list(inputs))
         be.submit(directory, bundle, record)
-    except LaunchError as exc:
-        record.status = "FAILED"
-        record.native_state = f"submission failed: {exc}"
+        if on_started is not None:
+            on_started(record, be)
+    except BaseException as exc:  # a refusal, a failed sbatch, or a signal: never left `submitting`
+        record.status = FAILED
+        reason = str(exc) or exc.__class__.__name__
+        record.native_state = f"submission failed: {reason}"
         record.updated_at = now_utc()
         store.save(record)
         raise
     record.updated_at = now_utc()
     store.save(record)
-    result = LaunchResult(record, bundle, gate)
-    result.plan = be.plan(directory, bundle)
     _BACKENDS[record.id] = be
-    return result
+    return record
 
 
 # The backend object that submitted a job in this process (the local backend reaps its child).
@@ -186,13 +317,37 @@ def _backend(name: str, executor: str = "slurm") -> Any:
     return get_backend(name)
 
 
-def refresh(store: JobStore, record: JobRecord) -> JobRecord:
+def _submitter_gone(record: JobRecord) -> bool:
+    """A record left `submitting` by a launch that died before it could record the outcome."""
+    info = record.extra.get("submitter")
+    if not isinstance(info, dict) or info.get("host") != socket.gethostname():
+        return False
+    pid = info.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return True
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def refresh(store: JobStore, record: JobRecord, backend: Any = None) -> JobRecord:
     """Ask the backend for the job's state and save the record when it changed."""
     if record.terminal:
         return record
-    be = _BACKENDS.get(record.id) or _backend(record.backend, record.extra.get("executor", "slurm"))
     before = (record.status, record.native_state, record.exit_code)
-    be.refresh(record)
+    if record.native_id is None and record.native_state == SUBMITTING:
+        if _submitter_gone(record):
+            record.status = FAILED
+            record.native_state = "submission interrupted (the launching process is gone)"
+    else:
+        be = backend or _BACKENDS.get(record.id) or _backend(record.backend, record.extra.get("executor", "slurm"))
+        be.refresh(record)
     if (record.status, record.native_state, record.exit_code) != before:
         record.updated_at = now_utc()
         store.save(record)
@@ -222,8 +377,11 @@ def wait(
         time.sleep(interval)
 
 
-def cancel(store: JobStore, record: JobRecord) -> JobRecord:
-    be = _BACKENDS.get(record.id) or _backend(record.backend, record.extra.get("executor", "slurm"))
+def cancel(store: JobStore, record: JobRecord, backend: Any = None) -> JobRecord:
+    """Stop the job and mark it CANCELLED; a job already finished is left as it is (idempotent)."""
+    if record.terminal:
+        return record
+    be = backend or _BACKENDS.get(record.id) or _backend(record.backend, record.extra.get("executor", "slurm"))
     be.cancel(record)
     record.updated_at = now_utc()
     store.save(record)

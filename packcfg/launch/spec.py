@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packcfg.launch import LaunchError
+from packcfg.launch.secrets import env_reference, looks_secret
 
 BACKENDS = ("local", "slurm", "nemo-run")
 DEVICES = ("gpu", "cpu")
 ENGINES = ("packcfg",)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# `${NAME}` or `$NAME` as the whole value: a reference to the submitting environment, passed by name.
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}\Z|\$([A-Za-z_][A-Za-z0-9_]*)\Z")
 # `#SBATCH` values: sbatch parses these lines itself (no shell), and a newline would start a new line
 # of the script, so only plain tokens are allowed.
 _SBATCH_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
@@ -31,13 +30,6 @@ _SBATCH_TIME = re.compile(r"\d+(-\d+)?(:\d+){0,2}\Z")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@#+-]*\Z")
 # One `src:dst[:flags]` mount for pyxis; commas separate mounts, so none inside one.
 _MOUNT = re.compile(r"[A-Za-z0-9._/@+=-]+(:[A-Za-z0-9._/@+=-]+){0,2}\Z")
-# Keys whose literal values are credentials: they must be passed by name instead.
-# Whole `_`-separated words, so HF_TOKEN is one and TOKENIZERS_PARALLELISM is not.
-_SECRET_KEY = re.compile(
-    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I
-)
-
-
 @dataclass(frozen=True)
 class EnvVar:
     """One variable exported by the job: a literal `value`, or `ref`, the name of a variable of the
@@ -120,11 +112,13 @@ def parse_env(env: Any, env_from: Any) -> tuple[tuple[EnvVar, ...], tuple[str, .
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             raise LaunchError(f"launch.env: {name!r} is not a valid environment variable name")
         value = _env_value(raw)
-        ref = _ENV_REF.match(value)
+        # `${NAME}`, `$NAME` or `${oc.env:NAME}` as the whole value: read from the submitting
+        # environment at run time, passed by name.
+        ref = env_reference(value, shell=True)
         if ref:
-            out.append(EnvVar(name, ref=ref.group(1) or ref.group(2)))
+            out.append(EnvVar(name, ref=ref))
             continue
-        if _SECRET_KEY.search(name) and value:
+        if looks_secret(name) and value:
             # A literal credential would be written into config.yaml and the scripts of the bundle.
             raise LaunchError(
                 f"launch.env.{name} looks like a secret: pass it by name instead "

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, UNKNOWN = (
     "CANCELLED",
     "UNKNOWN",
 )
+STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, UNKNOWN)
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
@@ -53,13 +57,45 @@ class JobRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobRecord:
+    def from_dict(cls, data: Any) -> JobRecord:
+        """A record from its JSON; ValueError (one line, naming the field) when the data is not one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        fields = {k: v for k, v in data.items() if k in known}
+        for key in ("id", "backend", "config_hash", "bundle_dir"):
+            if not isinstance(fields.get(key), str) or not fields[key]:
+                raise ValueError(f"field {key!r} missing or not a string")
+        if not _JOB_ID.match(fields["id"]):
+            raise ValueError(f"id {fields['id']!r} is not a job id")
+        if fields.get("status", PENDING) not in STATES:
+            raise ValueError(f"status {fields.get('status')!r} is not one of {', '.join(STATES)}")
+        for key in ("native_id", "native_state", "pack_native_id", "recipe", "created_at", "updated_at"):
+            if fields.get(key) is not None and not isinstance(fields[key], str):
+                raise ValueError(f"field {key!r} is not a string")
+        code = fields.get("exit_code")
+        if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
+            raise ValueError("field 'exit_code' is not an integer")
+        for key in ("log_paths", "submit_command"):
+            value = fields.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"field {key!r} is not a list of strings")
+        allowed = fields.get("allowed", [])
+        if not isinstance(allowed, list) or not all(isinstance(a, dict) for a in allowed):
+            raise ValueError("field 'allowed' is not a list of objects")
+        if not isinstance(fields.get("extra", {}), dict):
+            raise ValueError("field 'extra' is not an object")
+        return cls(**fields)
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def active(self) -> bool:
+        """Counts as a submission of its config: queued, running, finished well, or not known to have
+        ended (a FAILED or CANCELLED job, or a failed submission, does not block a retry)."""
+        return self.status not in (FAILED, CANCELLED)
 
 
 def default_state_dir() -> Path:
@@ -69,8 +105,29 @@ def default_state_dir() -> Path:
     return Path(base).expanduser() / "packcfg"
 
 
+@dataclass(frozen=True)
+class CorruptRecord:
+    """A file in `jobs/` that is not a readable job record; `message` is one line naming the file."""
+
+    path: Path
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return f"{self.path}: unreadable job record ({self.reason}); skipped"
+
+
 class JobStore:
-    """The job records of one state directory."""
+    """The job records of one state directory.
+
+    Concurrency: `lock()` is an exclusive `fcntl.flock` on `<state dir>/jobs/.lock`. `packcfg launch`
+    holds it around the duplicate check and the write of the new record, so concurrent launches of one
+    config submit once; it is held for milliseconds (never during a submission), so launches of
+    different configs do not wait on each other. Records are written atomically (temporary file, fsync,
+    rename), so a reader sees the old record or the new one, never half of one.
+    """
+
+    LOCK_NAME = ".lock"
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root).expanduser() if root else default_state_dir()
@@ -87,19 +144,55 @@ class JobStore:
             raise LaunchError(f"{job_id!r} is not a job id")
         return self.jobs_dir / f"{job_id}.json"
 
+    @contextmanager
+    def lock(self, timeout: float = 60.0) -> Iterator[None]:
+        """Exclusive lock on the store (blocks up to `timeout` seconds, then a LaunchError)."""
+        import fcntl
+
+        lock_path = self.jobs_dir / self.LOCK_NAME
+        try:
+            self.jobs_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise LaunchError(f"cannot open the job store lock {lock_path}: {exc.strerror or exc}") from None
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LaunchError(
+                            f"the job store {self.jobs_dir} stayed locked for {timeout:.0f} s "
+                            "(another packcfg launch?)"
+                        ) from None
+                    time.sleep(0.01)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
     def save(self, record: JobRecord) -> None:
         try:
-            atomic_write_text(self.path(record.id), json.dumps(record.to_dict(), indent=2) + "\n")
+            atomic_write_text(self.path(record.id), json.dumps(record.to_dict(), indent=2) + "\n", 0o600)
         except OSError as exc:
             raise LaunchError(
                 f"cannot write the job record in {self.jobs_dir}: {exc.strerror or exc}"
             ) from None
 
-    def load(self, job_id: str) -> JobRecord:
+    def load(self, job_id: str, warn: Callable[[str], None] | None = None) -> JobRecord:
+        """The record of `job_id` (or of the one job whose id starts with it). A corrupt record of that
+        job is a LaunchError naming the file; corrupt records of other jobs go to `warn`."""
         path = self.path(job_id)
-        if not path.is_file():
+        if not path.exists():
             # A unique prefix is enough, like git's short hashes.
-            matches = [r for r in self.all() if r.id.startswith(job_id)]
+            records, corrupt = self.scan()
+            for problem in corrupt:
+                if problem.path.stem.startswith(job_id):
+                    raise LaunchError(problem.message.removesuffix("; skipped"))
+                if warn:
+                    warn(problem.message)
+            matches = [r for r in records if r.id.startswith(job_id)]
             if len(matches) == 1:
                 return matches[0]
             if matches:
@@ -109,20 +202,53 @@ class JobStore:
 
     def _read(self, path: Path) -> JobRecord:
         try:
-            return JobRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError) as exc:
-            raise LaunchError(f"{path}: unreadable job record ({exc})") from None
+            text = path.read_text(encoding="utf-8")
+            if not text.strip():
+                raise ValueError("empty file")
+            record = JobRecord.from_dict(json.loads(text))
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
+            raise LaunchError(f"{path}: unreadable job record ({_reason(exc)})") from None
+        if record.id != path.stem:
+            raise LaunchError(f"{path}: unreadable job record (its id is {record.id!r})")
+        return record
 
-    def all(self) -> list[JobRecord]:
+    def scan(self) -> tuple[list[JobRecord], list[CorruptRecord]]:
+        """Every readable record (oldest first) and every unreadable one: one corrupt record never
+        hides the others."""
         if not self.jobs_dir.is_dir():
-            return []
-        records = []
+            return [], []
+        records: list[JobRecord] = []
+        corrupt: list[CorruptRecord] = []
         for path in sorted(self.jobs_dir.glob("*.json")):
             try:
                 records.append(self._read(path))
-            except LaunchError:
-                continue  # one corrupt record must not hide the others
-        return sorted(records, key=lambda r: (r.created_at or "", r.id))
+            except LaunchError as exc:
+                reason = str(exc).partition("unreadable job record (")[2].removesuffix(")")
+                corrupt.append(CorruptRecord(path, reason or str(exc)))
+        return sorted(records, key=lambda r: (r.created_at or "", r.id)), corrupt
+
+    def all(self, warn: Callable[[str], None] | None = None) -> list[JobRecord]:
+        records, corrupt = self.scan()
+        if warn:
+            for problem in corrupt:
+                warn(problem.message)
+        return records
 
     def with_hash(self, digest: str) -> list[JobRecord]:
         return [r for r in self.all() if r.config_hash == digest]
+
+    def active_with_hash(self, digest: str) -> list[JobRecord]:
+        """Records that count as a submission of this config (see `JobRecord.active`)."""
+        return [r for r in self.with_hash(digest) if r.active]
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return " ".join(str(exc).split())[:200]

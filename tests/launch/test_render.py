@@ -35,7 +35,15 @@ def four_node(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_bundle_has_every_file(tmp_path: Path) -> None:
     directory, bundle, gate = service.render([TINY], tmp_path / "b")
-    assert {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file()} == BUNDLE_FILES
+    written = {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file()}
+    lib = {name for name in written if name.startswith("lib/")}
+    assert written - lib == BUNDLE_FILES
+    # packcfg itself travels with the bundle: its modules and data, no bytecode.
+    assert {"lib/packcfg/__init__.py", "lib/packcfg/cli.py", "lib/packcfg/train/loop.py"} <= lib
+    assert any(name.startswith("lib/packcfg/data/sample_sft/") for name in lib)
+    assert not any("__pycache__" in name or name.endswith(".pyc") for name in lib)
+    assert len(lib) == bundle.manifest["packcfg_source"]["files"]
+    assert (directory / "logs").is_dir() and not any((directory / "logs").iterdir())  # Slurm won't mkdir it
     assert gate.passed
     resolved = yaml.safe_load((directory / "config.yaml").read_text())
     assert resolved == bundle.config
@@ -49,7 +57,7 @@ def test_bundle_has_every_file(tmp_path: Path) -> None:
 def test_four_node_sbatch_line_by_line(four_node: Path) -> None:
     lines = (four_node / "sbatch.sh").read_text().splitlines()
     manifest = json.loads((four_node / "manifest.json").read_text())
-    assert lines[:13] == [
+    assert lines[:14] == [
         "#!/bin/bash",
         "#SBATCH --job-name=llama3_8b_packed_sft",
         "#SBATCH --nodes=4",
@@ -62,21 +70,32 @@ def test_four_node_sbatch_line_by_line(four_node: Path) -> None:
         "#SBATCH --export=ALL",
         "#SBATCH --exclusive",
         "#SBATCH --kill-on-invalid-dep=yes",
+        f"#SBATCH --chdir={four_node}",  # the bundle: no reliance on where sbatch is run
         "#SBATCH --output=logs/train-%j.out",
     ]
-    body = [line for line in lines[13:] if not line.startswith("#")]
+    body = [line for line in lines[14:] if not line.lstrip().startswith("#")]
+    mounts = '--container-mounts=/lustre/data:/data:ro,/lustre/ckpt/llama3_8b:/lustre/ckpt/llama3_8b,"$PWD:$PWD"'
     assert body == [
         "set -euo pipefail",
-        'cd "$SLURM_SUBMIT_DIR"',
+        f"cd -- {four_node}",
+        'export PYTHONPATH="$PWD/lib${PYTHONPATH:+:$PYTHONPATH}"',
         ': "${WANDB_API_KEY:?packcfg: WANDB_API_KEY must be set in the environment that submits this job}"',
         "export NCCL_DEBUG=WARN",
         "export TOKENIZERS_PARALLELISM=false",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         "rdzv_port=$((20000 + SLURM_JOB_ID % 20000))",
         "mkdir -p output",
+        "mkdir -p -- /lustre/ckpt/llama3_8b  # a container mount's source must exist",
+        "if [ ! -e /data/packed/train.parquet ]; then",
+        "  srun --nodes=1 --ntasks=1 \\",
+        "    --container-image='nvcr.io#nvidia/pytorch:25.01-py3' \\",
+        f"    {mounts} \\",
+        '    --container-workdir="$PWD" \\',
+        "    python3 -m packcfg pack config.yaml",
+        "fi",
         'srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\',
         "  --container-image='nvcr.io#nvidia/pytorch:25.01-py3' \\",
-        '  --container-mounts=/lustre/data:/data:ro,"$PWD:$PWD" \\',
+        f"  {mounts} \\",
         '  --container-workdir="$PWD" \\',
         "  torchrun \\",
         '  --nnodes="$SLURM_NNODES" \\',
@@ -101,6 +120,7 @@ def test_four_node_pack_job(four_node: Path) -> None:
         "#SBATCH --qos=normal",
         "#SBATCH --time=04:00:00",
         "#SBATCH --export=ALL",
+        f"#SBATCH --chdir={four_node}",
         "#SBATCH --output=logs/pack-%j.out",
     ]
     assert lines[-1] == "  python3 -m packcfg pack config.yaml"
@@ -123,15 +143,20 @@ def test_four_node_runs_one_torchrun_per_node_as_executed(four_node: Path, harne
     )
     assert result.returncode == 0, result.stderr
     calls = h.calls()
-    assert [c["prog"] for c in calls] == ["scontrol", "srun"]
-    srun = calls[1]
+    # The packed data (/data/... in the container) is not on this host: data prep runs first.
+    assert [c["prog"] for c in calls] == ["scontrol", "srun", "srun"]
+    assert calls[1]["argv"][:2] == ["--nodes=1", "--ntasks=1"]
+    assert calls[1]["argv"][-5:] == ["python3", "-m", "packcfg", "pack", "config.yaml"]
+    srun = calls[2]
     assert srun["cwd"] == str(four_node)
+    assert srun["env"]["PYTHONPATH"] == f"{four_node}/lib"
     assert srun["argv"] == [
         "--nodes=4",
         "--ntasks-per-node=1",
         "--kill-on-bad-exit=1",
         "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
-        f"--container-mounts=/lustre/data:/data:ro,{four_node}:{four_node}",
+        "--container-mounts=/lustre/data:/data:ro,/lustre/ckpt/llama3_8b:/lustre/ckpt/llama3_8b,"
+        f"{four_node}:{four_node}",
         f"--container-workdir={four_node}",
         "torchrun",
         "--nnodes=4",
@@ -167,13 +192,47 @@ def test_torchrun_script_single_node(tmp_path: Path, harness) -> None:
         "output",
     ]
     assert calls[1]["cwd"] == str(directory)
+    assert calls[1]["env"]["PYTHONPATH"] == f"{directory}/lib"  # the bundle's own packcfg comes first
 
 
-def test_cpu_device_requests_cores_not_gpus(tmp_path: Path) -> None:
-    directory, _, _ = service.render([TINY], tmp_path / "b", ["launch.device=cpu"])
+def test_cpu_recipe_requests_cores_not_gpus(tmp_path: Path) -> None:
+    # The tiny recipe is a CPU job as shipped: its sbatch asks for cores, never for GPUs.
+    directory, _, _ = service.render([TINY], tmp_path / "b")
     text = (directory / "sbatch.sh").read_text()
     assert "#SBATCH --cpus-per-task=2\n" in text
-    assert "--gpus-per-node" not in text
+    assert "--gpus" not in text
+    gpu, _, _ = service.render([TINY], tmp_path / "g", ["launch.device=gpu"])
+    assert "#SBATCH --gpus-per-node=2\n" in (gpu / "sbatch.sh").read_text()
+
+
+def test_mounts_derived_from_the_config_paths(tmp_path: Path) -> None:
+    directory, bundle, _ = service.render(
+        [TINY],
+        tmp_path / "b",
+        [
+            "launch.backend=slurm",
+            "launch.container_image=nvcr.io#nvidia/nemo:25.04",
+            "launch.mounts=[/scratch:/scratch]",
+            "checkpoint.save=/ckpt/run1",
+            "checkpoint.load=/ckpt/run0",
+            "dataset.dataset_root=/datasets/sft",
+            "dataset.offline_packing_specs.packed_train_data_path=/packed/sft/train.parquet",
+            "tokenizer.tokenizer_model=/scratch/tok/tokenizer.json",
+        ],
+    )
+    assert bundle.manifest["mounts"] == [
+        "/scratch:/scratch",  # launch.mounts first; the tokenizer under it needs no other mount
+        "/ckpt/run0:/ckpt/run0",
+        "/ckpt/run1:/ckpt/run1",
+        "/datasets/sft:/datasets/sft",
+        "/packed/sft:/packed/sft",  # a file setting: its folder
+    ]
+    driver = (directory / "nemo_run_driver.py").read_text()
+    assert "'/datasets/sft:/datasets/sft'" in driver
+    with pytest.raises(service.LaunchError, match="checkpoint.save = '/ck pt': cannot be mounted"):
+        service.gate_and_render(
+            [TINY], ["launch.backend=slurm", "launch.container_image=img:1", "checkpoint.save='/ck pt'"]
+        )
 
 
 def test_sbatch_test_only_accepts_rendered_scripts(four_node: Path, tmp_path: Path, slurm) -> None:
@@ -200,27 +259,52 @@ def test_sbatch_test_only_accepts_rendered_scripts(four_node: Path, tmp_path: Pa
     assert "to start at" in out.stderr
 
 
-def test_render_is_byte_for_byte_reproducible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def contents(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def frozen_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One snapshot of packcfg's own files for the whole test (a checkout being edited meanwhile would
+    change the vendored copy between two renders: that is a different packcfg, not irreproducibility)."""
+    from packcfg.launch import bundle as bundle_module
+
+    snapshot = bundle_module.packcfg_source()
+    monkeypatch.setattr(bundle_module, "packcfg_source", lambda: dict(snapshot))
+
+
+def test_render_is_byte_for_byte_reproducible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, frozen_source: None
+) -> None:
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     first, _, _ = service.render([TINY], tmp_path / "one")
+    again = contents(first)
+    first, _, _ = service.render([TINY], tmp_path / "one")  # re-render over its own earlier bundle
+    assert contents(first) == again
+    # Into another folder: only what names the folder differs (#SBATCH --chdir, cd, the manifest).
     second, _, _ = service.render([TINY], tmp_path / "elsewhere" / "two")
-
-    def contents(d: Path) -> dict[str, bytes]:
-        return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
-
-    assert contents(first) == contents(second)
+    one, two = contents(first), contents(second)
+    assert one.keys() == two.keys()
+    differ = {name for name in one if one[name] != two[name]}
+    assert differ == {"sbatch.sh", "pack.sbatch.sh", "manifest.json"}
+    for name in ("sbatch.sh", "pack.sbatch.sh"):
+        assert one[name].decode().replace(str(first), "DIR") == two[name].decode().replace(str(second), "DIR")
     manifest = json.loads((first / "manifest.json").read_text())
     assert manifest["created_at"] is None
     # No random rendezvous id (NeMo-Run would put one in): the Slurm job id is the id.
     assert '--rdzv-id="$SLURM_JOB_ID"' in (first / "sbatch.sh").read_text()
-    assert str(tmp_path) not in "".join(c.decode() for c in contents(first).values())
+    other = {n: d for n, d in one.items() if n not in ("sbatch.sh", "pack.sbatch.sh", "manifest.json")}
+    assert str(tmp_path) not in "".join(d.decode(errors="replace") for d in other.values())
 
 
-def test_source_date_epoch_stamps_creation_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_source_date_epoch_stamps_creation_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, frozen_source: None
+) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     one, _, _ = service.render([TINY], tmp_path / "one")
-    two, _, _ = service.render([TINY], tmp_path / "two")
-    assert (one / "manifest.json").read_bytes() == (two / "manifest.json").read_bytes()
+    again = (one / "manifest.json").read_bytes()
+    one, _, _ = service.render([TINY], tmp_path / "one")
+    assert (one / "manifest.json").read_bytes() == again
     assert json.loads((one / "manifest.json").read_text())["created_at"] == "2023-11-14T22:13:20Z"
 
 
@@ -229,7 +313,11 @@ def test_manifest_records_provenance(tmp_path: Path) -> None:
     manifest = json.loads((directory / "manifest.json").read_text())
     assert manifest["config_sha256"] == bundle.config_hash
     assert manifest["packcfg_version"]
-    assert manifest["sources"] == {"files": [str(TINY.resolve())], "overrides": ["train.train_iters=3"]}
+    assert manifest["sources"] == {
+        "files": [str(TINY.resolve())],
+        "overrides": ["train.train_iters=3"],
+        "backend_flag": None,
+    }
     assert set(manifest["git"]) == {"packcfg", "config"}
     assert manifest["gate"]["allowed"] == []
     for name, digest in manifest["files"].items():
@@ -254,6 +342,11 @@ def test_strict_undefined_is_an_error() -> None:
         "packed_data": None,
         "slurm_options": slurm_options(spec),
         "container_args": [],
+        "mounts": [],
+        "derived_mounts": [],
+        "bundle_dir": None,
+        "sbatch_chdir": None,
+        "lib": "lib",
     }
     for name in ("torchrun.sh.j2", "sbatch.sh.j2", "pack.sbatch.sh.j2", "nemo_run_driver.py.j2"):
         with pytest.raises(UndefinedError, match="config_hash"):

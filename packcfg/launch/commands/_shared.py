@@ -36,6 +36,11 @@ def add_state_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def warn(message: str) -> None:
+    """One warning line on stderr (e.g. a corrupt job record that was skipped)."""
+    print(f"packcfg: warning: {message}", file=sys.stderr)
+
+
 def config_files(args: argparse.Namespace) -> list[str]:
     return [args.config, *args.config_files]
 
@@ -52,5 +57,5 @@ def guarded(body: Callable[[], int]) -> int:
             sys.stdout.write(report)
             sys.stdout.flush()
         print(f"packcfg: {exc}", file=sys.stderr)
-        refused = exc.__class__.__name__ in ("GateRefused", "DuplicateJob")
+        refused = exc.__class__.__name__ in ("GateRefused", "DuplicateJob", "JobStopped")
         return EXIT_REFUSED if refused else EXIT_ERROR

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from packcfg.launch.commands._shared import EXIT_OK, add_state_argument, guarded
+from packcfg.launch.commands._shared import EXIT_OK, add_state_argument, guarded, warn
 
 DESCRIPTION = "Cancel a job and mark its record CANCELLED."
 
@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
         from packcfg.launch.state import JobStore
 
         store = JobStore(args.state_dir)
-        record = store.load(args.job)
+        record = store.load(args.job, warn=warn)
         service.refresh(store, record)
         if record.terminal:
             print(f"{record.id}: already {record.status}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from packcfg.launch.commands._shared import EXIT_OK, add_state_argument, guarded
+from packcfg.launch.commands._shared import EXIT_OK, add_state_argument, guarded, warn
 
 DESCRIPTION = "Print a job's log files; -f follows them until the job finishes."
 
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
         from packcfg.launch.state import JobStore
 
         store = JobStore(args.state_dir)
-        record = store.load(args.job)
+        record = store.load(args.job, warn=warn)
         if args.follow:
             service.follow(store, record)
             return EXIT_OK

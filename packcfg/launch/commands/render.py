@@ -20,6 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", dest="out_dir", required=True, metavar="DIR", help="bundle folder (created)"
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a folder that holds other files (never over an input of this command)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
             backend=args.backend,
             allow=args.allow,
             profile=args.profile,
+            force=args.force,
         )
         for code in gate.unused_allows:
             print(

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from packcfg.launch.commands._shared import EXIT_OK, add_state_argument, guarded
+from packcfg.launch.commands._shared import EXIT_OK, add_state_argument, guarded, warn
 
 DESCRIPTION = "Show job records, refreshing the state of unfinished jobs from their backend."
 
@@ -25,7 +25,9 @@ def run(args: argparse.Namespace) -> int:
         from packcfg.launch.state import JobStore
 
         store = JobStore(args.state_dir)
-        records = [store.load(args.job)] if args.job else store.all()
+        # A corrupt record: one warning line naming its file, the others still listed (exit 0); the
+        # asked-for job itself corrupt is exit 2.
+        records = [store.load(args.job, warn=warn)] if args.job else store.all(warn=warn)
         for record in records:
             try:
                 service.refresh(store, record)
