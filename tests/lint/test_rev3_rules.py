@@ -28,19 +28,15 @@ def found(text: str, code: str) -> list:
 
 
 @pytest.mark.parametrize(
-    "extra",
+    "text",
     [
-        "validation:\n  eval_interval: 0\n",
-        "checkpoint:\n  save: /tmp/ckpt\n  save_interval: 0\n",
-        "train:\n  exit_interval: 0\n",
+        BASE + "validation:\n  eval_interval: 0\n",
+        BASE + "checkpoint:\n  save: /tmp/ckpt\n  save_interval: 0\n",
+        edit(("  global_batch_size: 128\n", "  global_batch_size: 128\n  exit_interval: 0\n")),
     ],
+    ids=["eval_interval", "save_interval", "exit_interval"],
 )
-def test_zero_interval_that_bridge_treats_as_off_is_valid(extra: str) -> None:
-    text = (
-        BASE + extra
-        if not extra.startswith("train:")
-        else edit(("  global_batch_size: 128\n", "  global_batch_size: 128\n  exit_interval: 0\n"))
-    )
+def test_zero_interval_that_bridge_treats_as_off_is_valid(text: str) -> None:
     assert "SC002" not in codes(text)
 
 
@@ -182,10 +178,7 @@ def test_pk121_quiet_when_unset_equal_or_no_validation() -> None:
 
 
 def test_pk121_not_for_other_datasets() -> None:
-    assert "PK121" not in codes(
-        BASE.replace("  micro_batch_size: 1\n", "  micro_batch_size: 1\n", 1)
-        + "validation:\n  eval_micro_batch_size: 4\n"
-    )
+    assert "PK121" not in codes(BASE + "validation:\n  eval_micro_batch_size: 4\n")
 
 
 # --- CG505: offline packing always has a padding mask ------------------------------------------------------
