@@ -271,3 +271,12 @@ def test_output_elsewhere_is_written(tmp_path: Path, capsys) -> None:
     report = tmp_path / "report.json"
     code, out, _ = run(capsys, tmp_path / "a.yaml", "--format", "json", "--output", report)
     assert code == 1 and out == "" and json.loads(report.read_text())[0]["code"] == "PK110"
+
+
+def test_output_over_a_file_skipped_by_experiments_only_is_refused(tmp_path: Path, capsys) -> None:
+    manifest = tmp_path / "deploy.yaml"
+    manifest.write_text(K8S)
+    shutil.copy(FAILING, tmp_path / "exp.yaml")
+    code, _, err = run(capsys, "--experiments-only", tmp_path, "--output", manifest)
+    assert code == 2 and "input" in err
+    assert manifest.read_text() == K8S

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         # refuse before any work: the report must never replace a config it reads (or a symlink, a device)
         from packcfg.core.atomic import OutputRefused, check_output
 
-        listed, _ = engine.expand_paths(paths)
+        listed, _ = engine.expand_paths(args.paths)  # files skipped by --experiments-only are inputs too
         inputs = [
             *map(str, listed),
             *args.config_files,
