@@ -79,31 +79,50 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
+_POSITION_KEYS = np.zeros(0, dtype=np.uint64)
+
+
+def _position_keys(n: int) -> np.ndarray:
+    """Fixed pseudo-random odd 64-bit multipliers, one per position in a slot (grown on demand)."""
+    global _POSITION_KEYS
+    if len(_POSITION_KEYS) < n:
+        size = max(n, 2 * len(_POSITION_KEYS), 1 << 16)
+        keys = np.random.default_rng(0x5EED).integers(0, 2**63, size=size, dtype=np.uint64) * np.uint64(2)
+        _POSITION_KEYS = keys | np.uint64(1)
+    return _POSITION_KEYS
+
+
 def slot_hashes(tokens: np.ndarray, mask: np.ndarray, slot_offsets: np.ndarray) -> np.ndarray:
     """A 64-bit hash of every sample slot (its tokens, loss mask and length) in flat rows, vectorised.
 
-    `slot_offsets` (len n+1) bounds the slots in `tokens`/`mask`. The pack-time sum of these hashes is the
-    metadata's `samples_digest`; `verify` recomputes it from the file alone, so a sample dropped,
-    duplicated or altered after packing is found without the source.
+    `slot_offsets` (len n+1) bounds the slots in `tokens`/`mask`. Each position's value (2 * token + mask
+    bit) is multiplied by a per-position random key and summed per slot; the sum and the length are then
+    mixed (splitmix64). The pack-time sum of these hashes is the metadata's `samples_digest`; `verify`
+    recomputes it from the file alone, so a sample dropped, duplicated or altered after packing is found
+    without the source.
     """
     n = len(slot_offsets) - 1
     if n <= 0:
         return np.zeros(0, dtype=np.uint64)
-    lens = np.diff(slot_offsets).astype(np.int64)
-    starts = slot_offsets[:-1].astype(np.int64)
-    pos = np.arange(int(slot_offsets[-1] - slot_offsets[0]), dtype=np.uint64)
-    pos -= np.repeat(starts - int(slot_offsets[0]), lens).astype(np.uint64)
     lo, hi = int(slot_offsets[0]), int(slot_offsets[-1])
+    starts = np.asarray(slot_offsets[:-1], dtype=np.int64) - lo
+    lens = np.diff(np.asarray(slot_offsets, dtype=np.int64))
+    sums = np.zeros(n, dtype=np.uint64)
+    if hi > lo:
+        pos = np.arange(hi - lo, dtype=np.int64)
+        pos -= np.repeat(starts, lens)
+        keys = _position_keys(int(lens.max()))[pos]
+        del pos
+        with np.errstate(over="ignore"):
+            v = np.asarray(tokens[lo:hi]).astype(np.uint64)  # ids are >= 0 (checked); int32 -> uint64
+            v <<= np.uint64(1)
+            v |= np.asarray(mask[lo:hi]).astype(np.uint64) & np.uint64(1)
+            v *= keys
+            del keys
+            nonempty = lens > 0
+            sums[nonempty] = np.add.reduceat(v, starts[nonempty])
     with np.errstate(over="ignore"):
-        v = np.asarray(tokens[lo:hi]).astype(np.int64).astype(np.uint64) * np.uint64(2)
-        v += np.asarray(mask[lo:hi]).astype(np.uint64) & np.uint64(1)
-        v += (pos + np.uint64(1)) * _GOLD
-        m = _mix(v)
-        nonempty = lens > 0
-        sums = np.zeros(n, dtype=np.uint64)
-        if nonempty.any():
-            sums[nonempty] = np.add.reduceat(m, (starts - lo)[nonempty])
-        return _mix(sums + lens.astype(np.uint64) * _M1)
+        return _mix(sums + lens.astype(np.uint64) * _GOLD)
 
 
 def digest_add(digest: int, hashes: np.ndarray) -> int:
