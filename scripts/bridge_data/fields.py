@@ -236,6 +236,10 @@ def _annotation_root(ann: ast.expr) -> str | None:
 
 
 _NOT_FIELDS = {"ClassVar", "InitVar", "KW_ONLY"}
+# Text patterns for the subclass search's first pass (the AST decides; these only pick modules to parse).
+_CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\(([^)]*)\)", re.MULTILINE)
+_ALIAS = re.compile(r"\b([A-Za-z_]\w*)[ \t]+as[ \t]+([A-Za-z_]\w*)")
+_ASSIGN = re.compile(r"^([A-Za-z_]\w*)[ \t]*=[ \t]*([A-Za-z_][\w.]*)[ \t]*$", re.MULTILINE)
 
 
 def own_fields(node: ast.ClassDef) -> list[tuple[str, ast.expr]]:
@@ -430,12 +434,24 @@ class ClassIndex:
         return [found] if isinstance(found, ClassRef) and _is_dataclass_like(self, found) else []
 
     def _mentions(self) -> dict[str, set[str]]:
-        """identifier -> modules whose text contains it (built once)."""
+        """class name -> modules that may derive a class from it (built once, from text alone).
+
+        A module counts for a name when the name is in one of its class headers' base lists, or is bound
+        (`import X as Y`, `Y = X`) to a name that is: only those modules need parsing."""
         if self._index is None:
             self._index = {}
             word = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
             for module, text in self.tree.sources.items():
-                for name in set(word.findall(text)):
+                tokens = {t for m in _CLASS_HEADER.finditer(text) for t in word.findall(m.group(1))}
+                if not tokens:
+                    continue
+                for m in _ALIAS.finditer(text):
+                    if m.group(2) in tokens:
+                        tokens.add(m.group(1))
+                for m in _ASSIGN.finditer(text):
+                    if m.group(1) in tokens:
+                        tokens.add(m.group(2).rsplit(".", 1)[-1])
+                for name in tokens:
                     self._index.setdefault(name, set()).add(module)
         return self._index
 

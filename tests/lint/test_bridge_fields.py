@@ -189,6 +189,15 @@ def test_subclasses_anywhere_in_the_snapshot_are_found() -> None:
                 class BProvider(Intermediate):
                     b_only: int = 1
             """,
+            "app/providers/c.py": """
+                from dataclasses import dataclass
+                import core.config.base
+                Base = core.config.base.BaseConfig
+
+                @dataclass
+                class CProvider(Base):
+                    c_only: int = 0
+            """,
             "app/unrelated.py": """
                 from dataclasses import dataclass
                 @dataclass
@@ -199,7 +208,7 @@ def test_subclasses_anywhere_in_the_snapshot_are_found() -> None:
     )
     base = fields.ClassRef("core.config.base", "BaseConfig")
     names = {c.name for c in idx.subclasses([base])}
-    assert names == {"BaseConfig", "AProvider", "Intermediate", "BProvider"}
+    assert names == {"BaseConfig", "AProvider", "Intermediate", "BProvider", "CProvider"}
     assert set(idx.fields(fields.ClassRef("app.providers.b", "BProvider"))) == {
         "num_layers",
         "hidden_size",
