@@ -355,3 +355,13 @@ def test_shipped_recipes_name_classes_current_bridge_has() -> None:
             if not isinstance(idx.resolve(module, name), fields.ClassRef):
                 missing.append(f"{recipe.name}: {target}")
     assert missing == []
+
+
+def test_lint_profile_reaches_the_known_fields() -> None:
+    """`packcfg lint --profile legacy` (lint_text's profile) picks the legacy field set."""
+    from packcfg.lint.engine import lint_text
+
+    text = "dataset:\n  seq_length: 2048\n  maker_name: make_raven_dataset\n"
+    current = [d for d in lint_text(text, "x.yaml") if d.code == "SC003"]
+    assert [(d.line, d.path) for d in current] == [(3, "dataset.maker_name")]
+    assert [d for d in lint_text(text, "x.yaml", profile="legacy") if d.code == "SC003"] == []
