@@ -420,6 +420,16 @@ def packcfg_source() -> dict[str, bytes]:
     return dict(cached)
 
 
+def _redacted(override: str) -> str:
+    """An override as the manifest records it: a `launch.env` value is never written there (names are,
+    in the manifest's `env`)."""
+    key, sep, _ = override.partition("=")
+    bare = key.strip().lstrip("+~")
+    if sep and (bare == "launch.env" or bare.startswith("launch.env.")):
+        return f"{key}=<value not recorded>"
+    return override
+
+
 def render_bundle(
     config: dict[str, Any],
     *,
@@ -485,7 +495,7 @@ def render_bundle(
         "backend": spec.backend,
         "sources": {
             "files": [str(p) for p in source_paths],
-            "overrides": list(overrides),
+            "overrides": [_redacted(o) for o in overrides],
             "backend_flag": backend,
         },
         "git": {

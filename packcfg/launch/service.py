@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -36,6 +38,46 @@ class GateRefused(LaunchError):
 
 class DuplicateJob(LaunchError):
     """The same config hash was submitted before (and `--force` was not given)."""
+
+
+class Interrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt: not an error of the code)
+    """SIGTERM or SIGINT arrived while `forward_signals` was active."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def forward_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT raise `Interrupted` (main thread only), so `launch` can
+    stop the job it started (the local backend: the whole torchrun process tree) before it exits."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    old = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """Clean-up that must finish (stopping a job) is not interrupted by a second Ctrl-C."""
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _load(files: Sequence[str | Path], overrides: Sequence[str]) -> Any:
@@ -293,9 +335,18 @@ def submit(
         if on_started is not None:
             on_started(record, be)
     except BaseException as exc:  # a refusal, a failed sbatch, or a signal: never left `submitting`
-        record.status = FAILED
-        reason = str(exc) or exc.__class__.__name__
-        record.native_state = f"submission failed: {reason}"
+        if isinstance(exc, Interrupted | KeyboardInterrupt) and record.native_id:
+            # The job started before the signal: stop it rather than leave it behind unannounced.
+            with signals_ignored():
+                try:
+                    be.cancel(record)
+                except LaunchError:
+                    pass
+            record.native_state = f"cancelled: launch interrupted by {exc}"
+        else:
+            record.status = FAILED
+            reason = str(exc) or exc.__class__.__name__
+            record.native_state = f"submission failed: {reason}"
         record.updated_at = now_utc()
         store.save(record)
         raise

@@ -12,11 +12,10 @@ EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, short_override: bool = True) -> None:
-    """CONFIG, -c FILE, overrides, --backend, --allow, --profile. `render` keeps `-o` for its output
-    folder (as the issue spells it), so there the overrides are `--override`/`--set` only."""
+    """CONFIG, -c FILE, overrides (KEY=VALUE after CONFIG, -o/--set), --recipe, --backend, --allow, --profile.
+    `render` handles `-o` itself (an override, or the deprecated spelling of its --out DIR)."""
     parser.add_argument("config", metavar="CONFIG", help="experiment YAML")
-    flags = ("-o", "--override", "--set") if short_override else ("--override", "--set")
-    add_merge_arguments(parser, override_flags=flags)
+    add_merge_arguments(parser, short_override=short_override)
     parser.add_argument("--backend", choices=("local", "slurm", "nemo-run"), help="override launch.backend")
     parser.add_argument(
         "--allow",

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from packcfg.core.cli_args import add_out_argument
 from packcfg.launch.commands._shared import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -36,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="slurm",
         help="NeMo-Run executor for --backend nemo-run (default: slurm)",
     )
-    parser.add_argument(
-        "--bundle-dir", metavar="DIR", help="where to write the bundle (default: in the state dir)"
+    add_out_argument(
+        parser, "--bundle-dir", dest="bundle_dir", help="where to write the bundle (default: in the state dir)"
     )
     parser.add_argument(
         "--wait", action="store_true", help="wait for the job to finish; exit 1 unless COMPLETED"
@@ -51,49 +52,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     def body() -> int:
         from packcfg.launch import service
-        from packcfg.launch.state import COMPLETED, JobStore
 
-        result = service.launch(
-            config_files(args),
-            args.overrides,
-            backend=args.backend,
-            executor=args.executor,
-            allow=args.allow,
-            force=args.force,
-            dry_run=args.dry_run,
-            state_dir=args.state_dir,
-            bundle_dir=Path(args.bundle_dir) if args.bundle_dir else None,
-            profile=args.profile,
-        )
-        for code in result.gate.unused_allows:
-            print(
-                f"packcfg: --allow {code}: no such lint error in this config (not recorded)", file=sys.stderr
-            )
-        for allowed in result.gate.allowed:
-            print(
-                f"packcfg: allowed {allowed.code} ({len(allowed.messages)} finding(s)) by {allowed.by}",
-                file=sys.stderr,
-            )
-        if result.record is None:
-            print(f"dry run: config sha256 {result.bundle.config_hash}; would run:")
-            for cmd in result.plan:
-                print("  " + " ".join(cmd))
-            return EXIT_OK
-        record = result.record
+        try:
+            with service.forward_signals():
+                return _launch(args, service)
+        except service.Interrupted as sig:
+            print(f"packcfg: {sig}: launch interrupted", file=sys.stderr)
+            return 128 + sig.signum
+
+    return guarded(body)
+
+
+def _launch(args: argparse.Namespace, service) -> int:  # type: ignore[no-untyped-def]
+    from packcfg.launch.state import COMPLETED, JobStore
+
+    result = service.launch(
+        config_files(args),
+        args.overrides,
+        backend=args.backend,
+        executor=args.executor,
+        allow=args.allow,
+        force=args.force,
+        dry_run=args.dry_run,
+        state_dir=args.state_dir,
+        bundle_dir=Path(args.bundle_dir) if args.bundle_dir else None,
+        profile=args.profile,
+    )
+    for code in result.gate.unused_allows:
+        print(f"packcfg: --allow {code}: no such lint error in this config (not recorded)", file=sys.stderr)
+    for allowed in result.gate.allowed:
         print(
-            f"{record.id}: submitted to {record.backend} (native id {record.native_id}); "
-            f"bundle {record.bundle_dir}"
+            f"packcfg: allowed {allowed.code} ({len(allowed.messages)} finding(s)) by {allowed.by}",
+            file=sys.stderr,
         )
-        if not args.wait:
-            print(f"follow it with: packcfg logs {record.id} -f")
-            return EXIT_OK
-        store = JobStore(args.state_dir)
+    if result.record is None:
+        print(f"dry run: config sha256 {result.bundle.config_hash}; would run:")
+        for cmd in result.plan:
+            print("  " + " ".join(cmd))
+        return EXIT_OK
+    record = result.record
+    print(
+        f"{record.id}: submitted to {record.backend} (native id {record.native_id}); "
+        f"bundle {record.bundle_dir}",
+        flush=True,
+    )
+    if not args.wait:
+        print(f"follow it with: packcfg logs {record.id} -f")
+        return EXIT_OK
+    store = JobStore(args.state_dir)
+    try:
         record = service.wait(
             store,
             record,
             timeout=args.timeout,
             on_change=lambda r: print(f"{r.id}: {r.status} ({r.native_state})", flush=True),
         )
-        return EXIT_OK if record.status == COMPLETED else EXIT_REFUSED
-
-    return guarded(body)
+    except service.Interrupted as sig:
+        if record.backend != "local":
+            print(
+                f"packcfg: {sig}: stopped waiting; job {record.id} keeps running "
+                f"(packcfg cancel {record.id} stops it)",
+                file=sys.stderr,
+            )
+            return 128 + sig.signum
+        # The local job runs under this launch: the signal goes to its whole process tree (torchrun
+        # and every rank), and launch waits until none of it is left.
+        with service.signals_ignored():
+            service.cancel(store, record)
+        print(f"packcfg: {sig}: stopped job {record.id} (torchrun and its ranks); {record.status}", file=sys.stderr)
+        return 128 + sig.signum
+    return EXIT_OK if record.status == COMPLETED else EXIT_REFUSED

@@ -1,4 +1,4 @@
-"""`packcfg render CONFIG -o DIR`: write the job bundle (byte-for-byte reproducible)."""
+"""`packcfg render CONFIG --out DIR`: write the job bundle (byte-for-byte reproducible)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from packcfg.core.cli_args import add_deprecated_out, add_out_argument
 from packcfg.launch.commands._shared import EXIT_OK, add_config_arguments, config_files, guarded
 
 DESCRIPTION = (
@@ -17,9 +18,8 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, short_override=False)
-    parser.add_argument(
-        "-o", "--output", dest="out_dir", required=True, metavar="DIR", help="bundle folder (created)"
-    )
+    add_out_argument(parser, "--output", help="bundle folder (created; required)")
+    add_deprecated_out(parser, "out_dir")  # `-o KEY=VALUE` is an override; `-o DIR` the old --out DIR
     parser.add_argument(
         "--force",
         action="store_true",
@@ -28,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.out_dir:
+        print("packcfg render: the bundle folder is required: --out DIR", file=sys.stderr)
+        return 2
+
     def body() -> int:
         from packcfg.launch import service
 
