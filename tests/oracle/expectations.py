@@ -1,0 +1,100 @@
+"""Data for the oracle suite (tests/oracle/test_oracle.py): Bridge 0.3.1's rejections mapped to packcfg codes,
+the checks packcfg makes that Bridge 0.3.1's validate() does not, and the known disagreements.
+
+Sources: megatron-bridge v0.3.1 src/megatron/bridge/training/config.py (`ConfigContainer.validate`,
+`runtime_config_update`), megatron-core 0.16.1 `ModelParallelConfig`/`TransformerConfig.__post_init__`; "HEAD"
+is Bridge main as mirrored (rules.md rev 3 follows it).
+"""
+
+# Bridge 0.3.1 message (regex over "ExceptionType: first line") -> packcfg code for the same problem.
+# None: packcfg has no rule for it (a gap; listed in MISSING_RULES and reported to the lead).
+BRIDGE_CODES: list[tuple[str, str | None]] = [
+    (r"Micro batch size should be 1 when training with packed sequence", "PK110"),
+    (r"micro_batch_size should be greater than 1 when using pack_sequences_in_batch", "PK111"),
+    (r"Sequence length must be divisible by 2 \* context parallel size", "CP201"),
+    (r"When finetuning with CP>1, calculate_per_token_loss must be True", "LS301"),
+    (r"When finetuning with CP>1, average_in_collective must be False", "LS302"),
+    (r"ensure sequence length configuration in model config and\s*dataset config match", "DS701"),
+    (r"world size \(\d+\) is not divisible by total_model_size", "PL601"),
+    (r"Cannot use sequence parallelism without tensor parallelism", "PL603"),
+    (r"PEFT requires a pretrained checkpoint path", "MF430"),
+    (r"check_for_nan_in_loss must be disabled when using full_iteration CUDA graph", "CG506"),
+    (r"Megatron FSDP only supports fsdp_dtensor checkpoint format", None),
+]
+
+# Bridge rejections packcfg has no rule for (also checked by Bridge at HEAD). Reported to the lead.
+MISSING_RULES: dict[str, str] = {
+    r"Megatron FSDP only supports fsdp_dtensor checkpoint format": (
+        "Megatron FSDP (ddp/dist.use_megatron_fsdp) with checkpoint.save or .load set needs "
+        "checkpoint.ckpt_format: fsdp_dtensor (0.3.1 config.py validate(); HEAD config.py ~1105 asserts the same)"
+    ),
+}
+
+# packcfg error codes for checks Bridge 0.3.1's validate() does not make, with the reason each is still right.
+EXTRAS: dict[str, str] = {
+    "SC002": "Bridge does no type/range checks in validate(); a negative or non-integer value fails later",
+    "SC003": "unknown keys of packcfg's own sections (launch, recipe): Bridge never sees them",
+    "SC004": "YAML features that must not reach a job; Bridge's OmegaConf load may still accept some",
+    "PK101": "two packing modes at once: HEAD validate() rejects it (config.py ~1276); 0.3.1 has no flag fields",
+    "PK102": "enable_offline_packing without specs: HEAD rejects (config.py ~1278); 0.3.1 has no flag",
+    "PK103": "packed_sequence_size 0 with packing on: 0.3.1 skips its MBS check instead; packing then fails in data prep",
+    "PK112": "Energon micro-batch checks are HEAD-only (config.py ~1319)",
+    "PK120": "Energon-native requirements are HEAD-only (config.py ~1330, energon.py)",
+    "PK121": "Energon eval micro-batch check is HEAD-only",
+    "PK130": "DPO packing needs TE (NeMo Aligner); Bridge's validate() has no DPO mode",
+    "PK140": "THD needs TE attention: megatron-core's local DotProductAttention rejects packed batches at the first step",
+    "CP202": "in-batch/HF-direct sequence alignment is HEAD-only (config.py ~1354)",
+    "CP203": "Bridge never checks pad_seq_to_mult against CP/TP; a misaligned multiple truncates in the THD CP split",
+    "CP205": "cp_comm_type consistency is checked at HEAD (config.py ~1665); 0.3.1 fails at model build",
+    "DS702": "packing data prep: a sample cap above the pack size fails when packing",
+    "DS703": "packing data prep: a non-integer pad_seq_to_mult fails when packing",
+    "DS704": "packed data paths must be Parquet/npy: the packed dataset loader fails on JSONL",
+    "DS705": "packing data prep",
+    "DS706": "packing data prep: samples longer than a pack are dropped or fail",
+    "LS303": "Megatron FSDP v2 with per-token loss: not checked by validate(); fails in training",
+    "LS304": "Bridge does not check CE fusion under CP",
+    "MF401": "model-family opt-outs are not in validate(): the family's step or dataset fails at run time",
+    "MF402": "model-family opt-out, see MF401",
+    "MF403": "model-family opt-out, see MF401",
+    "MF404": "Qwen3-VL packs in its own step (defer_in_batch_packing_to_step, HEAD); not in validate()",
+    "MF420": "P-Tuning with packing is unsupported in the dataset code, not checked by validate()",
+    "CG501": "CUDA-graph padding rules: TE fails at capture or replay, validate() does not check",
+    "CG502": "see CG501",
+    "CG503": "see CG501",
+    "CG504": "see CG501",
+    "CG505": "see CG501 (MoE router capture with a padding mask)",
+    "CG507": "cuda_graph_impl local with a partial scope: HEAD only supports it for full-iteration graphs",
+    "PL602": "GBS divisibility: megatron's microbatch calculator asserts at start-up, not validate()",
+    "PL604": "heads/query groups vs TP: megatron-core asserts when the attention layer is built",
+    "PL605": "layers vs PP*VP: megatron-core asserts when the model is built",
+    "PL606": "PP with variable-width packs fails in the pipeline schedule, not in validate()",
+}
+
+# (file, code) -> reason, for a code Bridge checks in general but not in this config's shape.
+CASE_EXTRAS: dict[tuple[str, str], str] = {}
+
+# Disagreements where Bridge 0.3.1 rejects and packcfg (following HEAD, rules.md rev 3) rightly does not.
+VERSION_DIFFERENCES: dict[str, str] = {
+    "PL603_sp_without_tp.yaml": (
+        "megatron-core 0.16.1 rejects SP at TP 1; Bridge >= 0.4 turns SP off at TP 1 and ships such a recipe, "
+        "so rules.md rev 3 made PL603 a warning"
+    ),
+}
+
+# Known packcfg bugs the oracle found (reported to the lead): strict xfail, so a fix makes the test fail until
+# the entry is removed.
+# (An earlier run found PL605 firing on llama31_405b_sft_config and qwen3_235b_a22b_sft_config, whose
+# account_for_embedding/loss_in_pipeline_split make (layers+2) divisible by PP; fixed in the rules since.)
+PACKCFG_BUGS: dict[str, str] = {}
+
+# (file, Bridge's code) -> reason, where packcfg reports the same rejection under another code (the root cause).
+SAME_REJECTION: dict[tuple[str, str], str] = {
+    ("SC002_bool_tp.yaml", "PL603"): (
+        "tensor_model_parallel_size: true is SC002; Bridge reads it as TP 1 and then rejects SP at TP 1"
+    ),
+}
+
+# case file -> why Bridge 0.3.1 cannot model it (the oracle skips it, saying so).
+NOT_MODELLED: dict[str, str] = {
+    "tiny_cpu_sft.yaml": "packcfg's own tiny CPU model: no Bridge recipe has its shape",
+}
