@@ -1,4 +1,12 @@
-"""The command-line arguments every config-reading command shares: `-c FILE` and `-o KEY=VALUE`.
+"""The command-line arguments every config-reading command shares, spelled the same everywhere.
+
+- `-c FILE` / `--config FILE`: an extra YAML merged over the config (repeatable).
+- `KEY=VALUE`, `+KEY=VALUE`, `++KEY=VALUE`, `~KEY` after the config: overrides in Hydra's grammar, as Megatron
+  Bridge's scripts take them (`packcfg.core.overrides`); `-o KEY=VALUE` / `--set KEY=VALUE` (and `--override`)
+  are aliases for one override.
+- `--recipe NAME`: merge the files over a Bridge base recipe (`recipe.base`; `packcfg.core.base_recipes`).
+- `--out DIR`: an output folder, wherever a command writes one. `-o` is never an output folder (`render -o DIR`
+  still works for one release, with a deprecation line on stderr).
 
 Standard library only: the CLI imports every command module to build its parser.
 """
@@ -6,16 +14,61 @@ Standard library only: the CLI imports every command module to build its parser.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+RECIPE_OVERRIDE = "++recipe.base="
+
+
+class _AppendOverrides(argparse.Action):
+    """Adds to `args.overrides` (several actions share that list, in command-line order)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.extend([values] if isinstance(values, str) else values)
+        setattr(namespace, self.dest, items)
+
+
+class _Recipe(argparse.Action):
+    """`--recipe NAME` is the override `++recipe.base=NAME`: every loader then merges over that base."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        items = list(getattr(namespace, "overrides", None) or [])
+        items.append(f"{RECIPE_OVERRIDE}{values}")
+        namespace.overrides = items
+
+
+class _OverrideOrDeprecatedOut(argparse.Action):
+    """`render -o`: KEY=VALUE is an override (as everywhere); a folder is the old spelling of `--out DIR`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        from packcfg.core.overrides import looks_like_override
+
+        if looks_like_override(values):
+            items = list(getattr(namespace, "overrides", None) or [])
+            items.append(values)
+            namespace.overrides = items
+            return
+        print(
+            f"packcfg: warning: `{option_string} DIR` for the output folder is deprecated and will be removed in "
+            f"the next release; use `--out {values}` (-o means an override, KEY=VALUE, in every command)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
 
 
 def add_merge_arguments(
     parser: argparse.ArgumentParser,
     *,
     config_flags: tuple[str, ...] = ("-c", "--config"),
-    override_flags: tuple[str, ...] = ("-o", "--override"),
+    positional: bool = True,
+    short_override: bool = True,
 ) -> None:
-    """`-c FILE` (args.config_files) and `-o KEY=VALUE` (args.overrides), merged in that order over the
-    main config, as `packcfg.core.config.load_config` does."""
+    """`-c FILE` (args.config_files), overrides (args.overrides: positional `KEY=VALUE`s after the config,
+    and `-o`/`--set`/`--override KEY=VALUE`) and `--recipe NAME`, merged in that order over the main config,
+    as `packcfg.core.config.load_config` does. `short_override=False` leaves `-o` to the caller (render)."""
     parser.add_argument(
         *config_flags,
         dest="config_files",
@@ -24,11 +77,78 @@ def add_merge_arguments(
         metavar="FILE",
         help="extra YAML merged over the config, in order (repeatable)",
     )
+    if positional:
+        parser.add_argument(
+            "overrides",
+            nargs="*",
+            action=_AppendOverrides,
+            default=argparse.SUPPRESS,
+            metavar="KEY=VALUE",
+            help="overrides in Hydra's grammar, applied last: KEY=VALUE, +KEY=VALUE (add), ++KEY=VALUE "
+            "(add or replace), ~KEY (delete); values like 1e-4, [1,2], {a: 1}, null",
+        )
+    flags = ("-o", "--set", "--override") if short_override else ("--set", "--override")
     parser.add_argument(
-        *override_flags,
+        *flags,
         dest="overrides",
-        action="append",
-        default=[],
+        action=_AppendOverrides,
         metavar="KEY=VALUE",
-        help="dotted override applied last, e.g. train.micro_batch_size=1 (repeatable)",
+        help="one override (same grammar as the positional ones; repeatable)",
     )
+    parser.add_argument(
+        "--recipe",
+        action=_Recipe,
+        metavar="NAME",
+        help="merge the config over this Megatron Bridge recipe's values (as recipe.base: NAME); "
+        "`packcfg lint --list-recipes` lists them",
+    )
+    parser.set_defaults(overrides=[])
+
+
+def add_deprecated_out(parser: argparse.ArgumentParser, dest: str) -> None:
+    """`-o`: an override when it looks like one, else the deprecated spelling of `--out DIR` (render)."""
+    parser.add_argument("-o", dest=dest, action=_OverrideOrDeprecatedOut, metavar="KEY=VALUE", help=argparse.SUPPRESS)
+
+
+def add_out_argument(
+    parser: argparse.ArgumentParser,
+    *aliases: str,
+    dest: str = "out_dir",
+    help: str = "output folder",  # noqa: A002
+    **kwargs: Any,
+) -> None:
+    """`--out DIR`, the one spelling of an output folder (older spellings kept as aliases)."""
+    parser.add_argument("--out", *aliases, dest=dest, metavar="DIR", help=help, **kwargs)
+
+
+def split_paths_and_overrides(words: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`lint PATHS...`: a word that is an existing path is a path; else one in the override grammar is an
+    override (applied to every file); anything else stays a path (reported as missing)."""
+    from packcfg.core.overrides import looks_like_override
+
+    paths: list[str] = []
+    overrides: list[str] = []
+    for word in words:
+        if os.path.lexists(word) or not looks_like_override(word):
+            paths.append(word)
+        else:
+            overrides.append(word)
+    return paths, overrides
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand parser that lets optional flags and positionals mix (`lint a.yaml --format json b.yaml`,
+    `train cfg.yaml --out runs/x train.micro_batch_size=2`), via argparse's intermixed parsing."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:  # type: ignore[override]  # fmt: skip
+        if self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        except TypeError:  # a parser shape intermixed parsing does not support: plain parsing
+            return super().parse_known_args(args, namespace)
+        finally:
+            self._intermixing = False

@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from packcfg.core.diagnostics import ConfigPath, Position
+from packcfg.core.interpolate import Unknown, has_interpolation, is_unknown
+from packcfg.core.overrides import DELETE, ADD, Override, OverrideError
+from packcfg.core.overrides import parse_override as _parse_override
 from packcfg.core.yamlsource import LoadProblem, PosNode, YamlDocument, load_file
+
+_REEXPORTED = (Unknown, is_unknown)  # rules and facts may test values with `is_unknown` from here
 
 
 class ConfigError(Exception):
@@ -38,18 +41,24 @@ def is_override_source(file: str) -> bool:
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    """`a.b.c=value` -> (("a", "b", "c"), value), the value parsed as a YAML scalar/flow."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override {text!r}: expected KEY.PATH=VALUE")
-    path = tuple(part for part in key.strip().split("."))
-    if any(not part for part in path):
-        raise ConfigError(f"override {text!r}: empty key in {key!r}")
+    """`a.b.c=value` -> (("a", "b", "c"), value), the value in Hydra's override grammar
+    (`packcfg.core.overrides`); ConfigError naming the override when it is malformed."""
+    parsed = parse_override_full(text)
+    return parsed.path, parsed.value
+
+
+def parse_override_full(text: str) -> Override:
+    """The override with its kind (`KEY=V`, `+KEY=V`, `++KEY=V`, `~KEY`); ConfigError when malformed."""
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer too long to convert
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc.__class__.__name__})") from None
-    return path, value
+        return _parse_override(text)
+    except OverrideError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """ConfigError naming the first malformed override (before any file is read)."""
+    for text in overrides:
+        parse_override_full(text)
 
 
 PositionTree = dict[str, PosNode]
@@ -198,11 +207,14 @@ class LocatedConfig:
     sources: SourceMap
     documents: list[YamlDocument] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)
+    # problems of the merged config itself (an interpolation Bridge could not resolve), as (file, problem)
+    merge_problems: list[tuple[str, LoadProblem]] = field(default_factory=list)
+    base: str | None = None  # the base recipe merged under the files (`recipe.base` / `--recipe`)
 
     @property
     def problems(self) -> list[tuple[str, LoadProblem]]:
-        """(file, problem) for every file problem, in file order."""
-        return [(doc.file, p) for doc in self.documents for p in doc.problems]
+        """(file, problem) for every file problem, in file order, then those of the merge."""
+        return [*((doc.file, p) for doc in self.documents for p in doc.problems), *self.merge_problems]
 
     @property
     def ok(self) -> bool:
@@ -234,33 +246,241 @@ def load_document(path: str | Path, display_name: str | None = None) -> YamlDocu
         raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
 
 
-def merge_documents(documents: Sequence[YamlDocument], overrides: Sequence[str] = ()) -> LocatedConfig:
-    """Merge loaded documents in order, then apply `-o` overrides (ConfigError for a malformed one)."""
+BASE_KEY: ConfigPath = ("recipe", "base")
+
+
+def merge_documents(
+    documents: Sequence[YamlDocument],
+    overrides: Sequence[str] = (),
+    *,
+    mode: str = "lint",
+    recipe: str | None = None,
+) -> LocatedConfig:
+    """Merge loaded documents in order over their base recipe, apply the overrides (Hydra grammar), then
+    resolve interpolations. ConfigError for a malformed or inapplicable override or an unknown base recipe.
+
+    `mode` says how a config is read: "lint" (Bridge dumps read as Bridge reads them, a resolver's value
+    Unknown), "run" (the same, `${oc.env:VAR}` from this environment: packcfg's own flows that run it) or
+    "keep" (files merged as written, resolvers kept as text: a bundle handed to the job). `recipe` (the
+    `--recipe` flag) names the base recipe; else the merged `recipe.base`."""
+    parsed = [parse_override_full(text) for text in overrides]
     loaded = [doc for doc in documents if doc.data is not None]
-    if len(loaded) == 1 and not overrides:
+    flatten = mode != "keep"
+    layers = [_as_read(doc, flatten) for doc in loaded]
+    if len(layers) == 1 and not parsed:
         # The common lint case, one file: nothing to merge, so no copy (lint never mutates the data).
-        merged, tree = loaded[0].data or {}, dict(loaded[0].positions)
+        merged, tree = layers[0][0], dict(layers[0][1])
     else:
         merged, tree = {}, {}
-        for doc in loaded:
-            merged = deep_merge(merged, doc.data or {}, positions=tree, update_positions=doc.positions)
-    for text in overrides:
-        key, value = parse_override(text)
-        set_path(merged, key, value, positions=tree, position=Position(override_source(text), 1, 1))
+        for data, positions in layers:
+            merged = deep_merge(merged, data, positions=tree, update_positions=positions)
+    for override in parsed:
+        merged = _apply_override(merged, tree, override, flatten)
+    base = recipe if recipe is not None else _base_name(merged)
+    base_doc = None
+    if base is not None:
+        merged, tree, base_doc = _under_base(base, merged, tree, flatten)
     files = [doc.file for doc in documents] or [override_source(overrides[0]) if overrides else "<string>"]
-    return LocatedConfig(merged, SourceMap(files, tree), list(documents), list(overrides))
+    problems: list[tuple[str, LoadProblem]] = []
+    if has_interpolation(merged):
+        merged, problems = _resolve(merged, tree, files[0], mode, base_doc is not None)
+    located = LocatedConfig(merged, SourceMap(files, tree), list(documents), list(overrides), problems, base)
+    return located
 
 
-def load_located(paths: Sequence[str | Path], overrides: Sequence[str] = ()) -> LocatedConfig:
-    """Merge the YAML files in order, then `-o` overrides, keeping where every key was set."""
-    return merge_documents([load_document(p) for p in paths], overrides)
+def _as_read(doc: YamlDocument, flatten: bool) -> tuple[dict[str, Any], PositionTree]:
+    data, positions = doc.data or {}, doc.positions
+    if flatten and ("_name_" in doc.text or "transformer" in doc.text):
+        from packcfg.core.normalize import read_dump
+
+        data, positions = read_dump(data, positions)
+    return data, positions
 
 
-def load_config(paths: Sequence[str | Path], overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Merge the YAML files in order, then apply `-o` overrides; returns the resolved mapping."""
+def _base_name(merged: dict[str, Any]) -> str | None:
+    name = get_path(merged, BASE_KEY)
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"recipe.base must be a Bridge recipe name, got {name!r}")
+    return name.strip()
+
+
+def _under_base(
+    name: str, merged: dict[str, Any], tree: PositionTree, flatten: bool
+) -> tuple[dict[str, Any], PositionTree, YamlDocument]:
+    """The base recipe's values with the merged files over them."""
+    from packcfg.core.base_recipes import UnknownRecipe, base_source, recipe_path
+
+    try:
+        path = recipe_path(name)
+    except UnknownRecipe as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        doc = load_file(path, base_source(name))
+    except OSError as exc:
+        raise ConfigError(f"base recipe {name}: cannot read {path} ({exc.strerror or exc})") from None
+    if doc.data is None:
+        first = doc.problems[0] if doc.problems else None
+        where = f" line {first.line}: {first.message}" if first else ""
+        raise ConfigError(f"base recipe {name}: {path} does not load{where}")
+    data, positions = _as_read(doc, flatten)
+    data = {k: v for k, v in data.items() if k != "_target_"}  # ConfigContainer's own class
+    base_tree = {k: v for k, v in positions.items() if k != "_target_"}
+    out = deep_merge(data, merged, positions=base_tree, update_positions=tree)
+    if get_path(out, BASE_KEY) is None:  # `--recipe NAME`: the merged config records its base
+        set_path(out, BASE_KEY, name, positions=base_tree, position=Position(base_source(name), 1, 1))
+    return out, base_tree, doc
+
+
+def _apply_override(
+    merged: dict[str, Any], tree: PositionTree, override: Override, flatten: bool
+) -> dict[str, Any]:
+    """Hydra's `_apply_overrides_to_config` (hydra-core 1.3.2), as Bridge's `parse_hydra_overrides` runs it."""
+    path = override.path
+    if flatten and len(path) > 2 and path[:2] == ("model", "transformer"):
+        path = ("model", *path[2:])  # a builder-backed model's nested field is the model field (read_dump)
+    position = Position(override_source(override.text), 1, 1)
+    key = ".".join(override.path)
+    current = get_path(merged, path, _ABSENT)
+    if override.kind == DELETE:
+        if current is _ABSENT or current is None:
+            raise ConfigError(f"override {override.text!r}: could not delete {key!r}: it is not in the config")
+        if override.has_value and override.value != current:
+            raise ConfigError(
+                f"override {override.text!r}: could not delete {key!r}: its value is {current!r}, "
+                f"not {override.value!r}"
+            )
+        _delete_path(merged, tree, path)
+        return merged
+    if override.kind == ADD and current is not _ABSENT and current is not None and not isinstance(
+        override.value, dict | list
+    ):
+        raise ConfigError(
+            f"override {override.text!r}: could not add {key!r}: it is already set to {current!r}; "
+            f"use {override.text[1:]!r} to change it or '+{override.text}' to add or replace"
+        )
+    value = override.value
+    if isinstance(value, dict) and isinstance(current, dict):  # OmegaConf.update(merge=True)
+        parent = get_path(merged, path[:-1]) if len(path) > 1 else merged
+        node_tree = _tree_at(tree, path)
+        children = dict(node_tree.children) if node_tree is not None else {}
+        parent[path[-1]] = deep_merge(
+            current, value, positions=children, update_positions=_uniform(value, position).children
+        )
+        if node_tree is not None:
+            _set_tree(tree, path, PosNode(node_tree.file, node_tree.line, node_tree.column, children))
+        return merged
+    set_path(merged, path, _clone(value), positions=tree, position=position)
+    return merged
+
+
+_ABSENT: Any = object()
+
+
+def _tree_at(tree: PositionTree, path: Sequence[str]) -> PosNode | None:
+    nodes, found = tree, None
+    for key in path:
+        found = nodes.get(key)
+        if found is None:
+            return None
+        nodes = found.children
+    return found
+
+
+def _set_tree(tree: PositionTree, path: Sequence[str], node: PosNode) -> None:
+    """Put `node` at `path`, copying the parents on the way (the documents' trees stay as read)."""
+    nodes = tree
+    for key in path[:-1]:
+        parent = nodes.get(key)
+        if parent is None:
+            return
+        copy = PosNode(parent.file, parent.line, parent.column, dict(parent.children))
+        nodes[key] = copy
+        nodes = copy.children
+    nodes[path[-1]] = node
+
+
+def _delete_path(merged: dict[str, Any], tree: PositionTree, path: Sequence[str]) -> None:
+    parent: Any = get_path(merged, path[:-1]) if len(path) > 1 else merged
+    last = path[-1]
+    if isinstance(parent, dict):
+        parent.pop(last, None)
+    elif isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
+        parent.pop(int(last))
+    holder = _tree_at(tree, path[:-1]) if len(path) > 1 else None
+    if len(path) == 1:
+        tree.pop(last, None)
+    elif holder is not None:
+        children = dict(holder.children)
+        children.pop(last, None)
+        _set_tree(tree, path[:-1], PosNode(holder.file, holder.line, holder.column, children))
+
+
+def _resolve(
+    merged: dict[str, Any], tree: PositionTree, first_file: str, mode: str, has_base: bool
+) -> tuple[dict[str, Any], list[tuple[str, LoadProblem]]]:
+    """Interpolations resolved after the merge; a problem Bridge would raise is SC002 at the `${...}`."""
+    from packcfg.core.interpolate import resolve
+
+    missing_ok = None if has_base else _bridge_fills_in
+    data, problems = resolve(merged, mode, missing_ok)
+    if mode == "keep":
+        from packcfg.core.interpolate import restore_text
+
+        data = restore_text(data)
+    if not problems:
+        return data, []
+    if mode == "run":
+        p = problems[0]
+        pos = SourceMap([first_file], tree).position(p.path)
+        raise ConfigError(f"{pos.file}:{pos.line}:{pos.column}: {p.message}")
+    out: list[tuple[str, LoadProblem]] = []
+    sources = SourceMap([first_file], tree)
+    for p in problems:
+        pos = sources.position(p.path)
+        out.append(
+            (
+                pos.file,
+                LoadProblem(
+                    "SC002",
+                    p.message,
+                    pos.line,
+                    pos.column,
+                    hint="interpolations are resolved after every file and override is merged",
+                    fatal=False,
+                ),
+            )
+        )
+    return data, out
+
+
+def _bridge_fills_in(target: tuple[str, ...]) -> bool:
+    """Without a base recipe, a missing interpolation target that names a field of a Bridge section is filled
+    in by Bridge (its config holds every field of the recipe): its value is unknown, not an error."""
+    if len(target) != 2:
+        return False
+    from packcfg.core.schema import known_fields
+
+    known = known_fields("legacy").get(target[0])
+    return known is not None and target[1] in known
+
+
+def load_located(
+    paths: Sequence[str | Path], overrides: Sequence[str] = (), *, mode: str = "keep", recipe: str | None = None
+) -> LocatedConfig:
+    """Merge the YAML files in order, then the overrides, keeping where every key was set."""
+    return merge_documents([load_document(p) for p in paths], overrides, mode=mode, recipe=recipe)
+
+
+def load_config(
+    paths: Sequence[str | Path], overrides: Sequence[str] = (), *, recipe: str | None = None
+) -> dict[str, Any]:
+    """Merge the YAML files in order (over the base recipe, if any), then the overrides; returns the resolved
+    mapping, as packcfg's own flows run it (`${oc.env:VAR}` read from this environment)."""
     if not paths:
         raise ConfigError("no config file given")
-    located = load_located(paths, overrides)
+    located = load_located(paths, overrides, mode="run", recipe=recipe)
     for file, problem in located.problems:
         if problem.fatal:
             raise ConfigError(f"{file}:{problem.line}:{problem.column}: {problem.code} {problem.message}")

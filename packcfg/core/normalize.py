@@ -80,3 +80,97 @@ def normalize(raw: Any) -> Normalized:
     for old, new in LEGACY_MOVES:
         _move(config, old, new, renamed)
     return Normalized(config=config, renamed=renamed)
+
+
+# --- Bridge dumps, read as Bridge reads them (per file, before the merge) -------------------------------------
+
+# Nested provider blocks Bridge serializes under `model`: the builder-backed model configs (Bridge main 067f987,
+# `models/gpt/model_config.py` BridgeGPTModelConfig, `models/common/base.py` ModelConfig.from_dict: a `_builder_`
+# key beside `_target_`) keep Megatron Core's TransformerConfig fields in `model.transformer`, and Bridge's
+# `__setattr__` routes `model.<field>` to the block that declares it. So a field under `model.transformer` is the
+# `model` field of that name.
+NESTED_PROVIDER_BLOCKS: tuple[tuple[str, str], ...] = (("model", "transformer"),)
+ENUM_KEYS = frozenset({"_target_", "_args_", "_name_", "_call_"})
+
+
+def _is_enum_dump(value: dict[str, Any]) -> bool:
+    """`{_target_: <Enum class>, _args_: [...], _name_: NAME}` (Megatron's yaml_utils enum representer)."""
+    return isinstance(value.get("_name_"), str) and "_target_" in value and value.keys() <= ENUM_KEYS
+
+
+def _enums(value: Any, pos: Any) -> tuple[Any, bool]:
+    """Enum dumps replaced by their NAME (also inside lists); positions lose the enum's inner keys."""
+    if isinstance(value, dict):
+        if _is_enum_dump(value):
+            if pos is not None:
+                pos.children = {}
+            return value["_name_"], True
+        changed = False
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            child = pos.children.get(k) if pos is not None else None
+            out[k], c = _enums(v, child)
+            changed = changed or c
+        return (out if changed else value), changed
+    if isinstance(value, list):
+        changed = False
+        items = []
+        for i, v in enumerate(value):
+            child = pos.children.get(str(i)) if pos is not None else None
+            item, c = _enums(v, child)
+            items.append(item)
+            changed = changed or c
+        return (items if changed else value), changed
+    return value, False
+
+
+def read_dump(data: dict[str, Any], positions: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One loaded file as Bridge reads it: enum dumps -> NAME, `model.transformer.X` -> `model.X`
+    (`model._builder_` dropped: nothing packcfg checks reads it). Returns new data and positions when
+    something changed, else the inputs themselves (never mutated)."""
+    from packcfg.core.yamlsource import PosNode
+
+    out = data
+    pos_out = positions
+    # enums: only the sections that hold one are copied
+    for key, value in data.items():
+        if not isinstance(value, dict | list):
+            continue
+        pos = positions.get(key)
+        pos_copy = _copy_pos(pos) if pos is not None else None
+        new, changed = _enums(value, pos_copy)
+        if changed:
+            if out is data:
+                out, pos_out = dict(data), dict(positions)
+            out[key] = new
+            if pos_copy is not None:
+                pos_out[key] = pos_copy
+    for section, block in NESTED_PROVIDER_BLOCKS:
+        sec = out.get(section)
+        if not isinstance(sec, dict) or not isinstance(sec.get(block), dict):
+            continue
+        if "_builder_" not in sec and "_target_" not in sec[block]:
+            continue
+        if out is data:
+            out, pos_out = dict(data), dict(positions)
+        sec_pos = pos_out.get(section)
+        sec_children = dict(sec_pos.children) if sec_pos is not None else {}
+        block_pos = sec_children.pop(block, None)
+        new_sec = {k: v for k, v in sec.items() if k not in (block, "_builder_")}
+        sec_children.pop("_builder_", None)
+        for k, v in sec[block].items():
+            if k == "_target_" or k in new_sec:
+                continue  # the block's own class; a field set at `model` level wins
+            new_sec[k] = v
+            if block_pos is not None and k in block_pos.children:
+                sec_children[k] = block_pos.children[k]
+        out[section] = new_sec
+        if sec_pos is not None:
+            pos_out[section] = PosNode(sec_pos.file, sec_pos.line, sec_pos.column, sec_children)
+    return out, pos_out
+
+
+def _copy_pos(pos: Any) -> Any:
+    from packcfg.core.yamlsource import PosNode
+
+    return PosNode(pos.file, pos.line, pos.column, {k: _copy_pos(v) for k, v in pos.children.items()})

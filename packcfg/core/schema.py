@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from packcfg.core.diagnostics import Severity
+from packcfg.core.interpolate import is_unknown
 
 _FIELDS_FILE = Path(__file__).with_name("bridge_fields.json")
 
@@ -265,6 +266,7 @@ SECTIONS: dict[str, dict[str, F]] = {
         "family": F(STR),  # a canonical id from families.yaml (checked in `validate`)
         "mode": F(OneOf(("pretrain", "sft", "peft", "dpo", "vlm_sft"))),
         "description": F(STR),
+        "base": F(STR),  # a Bridge recipe the file is merged onto (packcfg.core.base_recipes)
     },
     "launch": {
         "backend": F(OneOf(("local", "slurm", "nemo-run")), "local"),
@@ -580,8 +582,8 @@ def _check_fields(
             continue
         value = mapping[key]
         where = (*path, key)
-        if value is None and spec.nullable:
-            continue
+        if (value is None and spec.nullable) or is_unknown(value):
+            continue  # Unknown: an interpolation whose value lint cannot know (`${oc.env:VAR}`)
         want = spec.type.check(value)
         if want is not None:
             yield SchemaIssue(
@@ -640,6 +642,8 @@ def validate(config: dict[str, Any], profile: str = "current") -> list[SchemaIss
         if value is None:
             continue
         if not isinstance(value, dict):
+            if is_unknown(value):
+                continue
             msg = f"{name} is {value_repr(value)} ({_type_name(value)}); expected a mapping"
             issues.append(SchemaIssue((name,), "SC002", msg, Severity.ERROR))
             continue

@@ -128,6 +128,27 @@ class _Loader(yaml.CSafeLoader):  # type: ignore[misc,name-defined]
         return tag
 
 
+# OmegaConf 2.3.0 `omegaconf/_utils.py` `get_yaml_loader()` (how Bridge's `OmegaConf.load` reads a file): YAML 1.1's
+# implicit float resolver needs a dot, so OmegaConf adds one that also takes `1e-5`, `1E4`, `5.0e-6` (same regex,
+# same first characters), and it drops the timestamp resolver (`2024-01-01` stays a string). Booleans stay
+# PyYAML's YAML 1.1 set (true/false/yes/no/on/off in their three casings), as in OmegaConf.
+OMEGACONF_FLOAT = re.compile(
+    r"""^(?:
+     [-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
+    |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", OMEGACONF_FLOAT, list("-+0123456789."))
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()
+}
+
+
 class _Stop(Exception):
     """Abort the conversion with a fatal problem."""
 

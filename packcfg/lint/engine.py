@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packcfg.core.base_recipes import is_base_source
 from packcfg.core.config import (
     ConfigError,
     LocatedConfig,
+    check_overrides,
     load_document,
     merge_documents,
 )
@@ -134,16 +136,9 @@ def _lint(
         found.append(make(problem.code, problem.message, pos, hint=problem.hint, extra={"loader": True}))
 
     ran = False
-    if located.ok and not located.data:
-        found.append(
-            make(
-                "SC001",
-                "the file is empty (or only comments): no experiment config",
-                Position(located.sources.files[0], 1, 1),
-                hint="start from a recipe: packcfg lint recipes/, or see `packcfg explain SC001`",
-            )
-        )
-    elif located.ok:
+    # An empty or comment-only file is an empty mapping, as OmegaConf.load reads it (a no-op override file):
+    # rules.md rev 3, SC001. It lints like any other config.
+    if located.ok:
         ruled = _run_rules(located, rules, settings, pack_metadata, check_paths, make, crashed)
         ran = ruled is not None
         found.extend(ruled or ())
@@ -214,6 +209,8 @@ def _run_rules(
         for finding in findings:
             try:
                 pos = ctx.position(tuple(finding.at))
+                if _not_on_base(code) and is_base_source(pos.file):
+                    continue  # the base recipe's own keys and spellings are Bridge's, not the user's
                 fix = _written_fix(finding.fix, ctx) if finding.fix else None
             except Exception as exc:
                 crashed(f"rule {code} (finding at {finding.at!r})", exc)
@@ -230,6 +227,12 @@ def _run_rules(
                 )
             )
     return out
+
+
+# Codes never reported on a value that comes from a base recipe (`recipe.base`): its keys are Bridge's own
+# (SC003), and so is its spelling of fields (DP: deprecated spellings of the Bridge release it was taken from).
+def _not_on_base(code: str) -> bool:
+    return code == "SC003" or code.startswith("DP")
 
 
 def _written_fix(fix: Fix, ctx: Any) -> Fix:
@@ -491,6 +494,7 @@ def lint_paths(
     A file that does not parse is a finding (SC001); a path that cannot be read at all goes to `.errors`.
     Raises ConfigError for a malformed override or an unreadable `config_files` entry.
     """
+    check_overrides(overrides)  # a malformed override is one error, not one per file
     files, errors = expand_paths(paths)
     st = _settings(settings, Path(paths[0]) if paths else None, profile, select, ignore)
     extra_docs = [load_document(f) for f in config_files]

@@ -101,7 +101,7 @@ def test_config_files_without_paths_lint_one_merged_experiment(warn_rule, tmp_pa
     ("extra", "words"),
     [
         (["--select", "NOPE"], "unknown rule code or prefix 'NOPE'"),
-        (["-o", "novalue"], "expected KEY.PATH=VALUE"),
+        (["-o", "novalue"], "expected KEY=VALUE"),
         (["--fix", "--diff"], "exclusive"),
         (["-c", "missing.yaml"], "no such file"),
     ],

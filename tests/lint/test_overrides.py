@@ -82,11 +82,13 @@ def test_bad_override_is_config_error(text: str) -> None:
         parse_override(text)
 
 
-def test_override_values_are_yaml() -> None:
+def test_override_values_follow_hydra() -> None:
     assert parse_override("a.b=1") == (("a", "b"), 1)
     assert parse_override("a=true") == (("a",), True)
     assert parse_override("a=[1, x]") == (("a",), [1, "x"])
-    assert parse_override("a=") == (("a",), None)
+    assert parse_override("a=") == (("a",), "")  # Hydra: `key=` is the empty string
+    assert parse_override("a=null") == (("a",), None)
+    assert parse_override("a=1e-4") == (("a",), 1e-4)
     with pytest.raises(ConfigError):
         parse_override("a=" + "9" * 5000)  # too long to convert: an error, not a traceback
 

@@ -16,15 +16,25 @@ from packcfg.core.cli_args import add_merge_arguments
 
 DESCRIPTION = (
     "Check experiment YAMLs against every packing rule. PATHS are files or folders (searched for "
-    "*.yaml/*.yml); each file is one experiment, with -c files and -o overrides merged on top. With no "
-    "PATHS, the -c files (then -o overrides) are merged into ONE experiment, as `packcfg launch` does."
+    "*.yaml/*.yml); each file is one experiment, with -c files and overrides (KEY=VALUE words, -o KEY=VALUE) "
+    "merged on top, over --recipe NAME (or the file's recipe.base) when given. With no PATHS, the -c files "
+    "(then the overrides) are merged into ONE experiment, as `packcfg launch` does."
 )
 FORMATS = ("text", "json", "sarif", "github", "junit")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*", metavar="PATHS", help="YAML files or folders to lint")
-    add_merge_arguments(parser)
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATHS",
+        help="YAML files or folders to lint, and overrides (KEY=VALUE, +KEY=VALUE, ++KEY=VALUE, ~KEY) applied "
+        "to every file: a word that is an existing path is a path",
+    )
+    add_merge_arguments(parser, positional=False)
+    parser.add_argument(
+        "--list-recipes", action="store_true", help="list the Bridge base recipes --recipe / recipe.base take"
+    )
     parser.add_argument(
         "--format",
         "--output-format",
@@ -106,6 +116,21 @@ def run(args: argparse.Namespace) -> int:
     from packcfg.lint.reporters import get_reporter
     from packcfg.lint.settings import SettingsError, load_settings, split_codes
 
+    if args.list_recipes:
+        from packcfg.core.base_recipes import recipe_names
+
+        sys.stdout.write("".join(f"{name}\n" for name in recipe_names()))
+        return 0
+    from packcfg.core.cli_args import split_paths_and_overrides
+
+    args.paths, positional_overrides = split_paths_and_overrides(args.paths)
+    args.overrides = [*positional_overrides, *args.overrides]
+    try:
+        from packcfg.core.config import check_overrides
+
+        check_overrides(args.overrides)
+    except ConfigError as exc:
+        return _fail(str(exc))
     if not args.paths and not args.config_files:
         return _fail("nothing to lint: give PATHS (files or folders), or -c FILE for one merged experiment")
     if args.fix and args.diff:

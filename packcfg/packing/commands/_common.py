@@ -63,6 +63,12 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
     from packcfg.packing.errors import PackingError
     from packcfg.resources import tiny_recipe
 
+    if args.input and not os.path.lexists(args.input):
+        from packcfg.core.overrides import looks_like_override
+
+        if looks_like_override(args.input):  # `packcfg analyze k=v`: an override of the default recipe
+            args.overrides = [args.input, *args.overrides]
+            args.input = None
     source = Path(args.input) if args.input else tiny_recipe()
     out = getattr(args, "out", None)
     meta = getattr(args, "metadata", None)
@@ -90,7 +96,7 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
         settings = settings_from_config(config, None, **overrides)
         return settings, config
     if args.config_files or args.overrides:
-        raise PackingError("-c/-o apply to an experiment YAML input, not to a data file")
+        raise PackingError("-c and overrides apply to an experiment YAML input, not to a data file")
     if args.capacity is None:
         raise PackingError(f"{source}: a data file needs --capacity N (the pack size in tokens)")
     if args.capacity <= 0:

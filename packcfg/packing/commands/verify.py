@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from packcfg.core.cli_args import add_merge_arguments
 from packcfg.packing.commands._common import CONFIG_SUFFIXES, run_guarded
 
 DESCRIPTION = (
@@ -20,6 +21,7 @@ DESCRIPTION = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("packed", type=Path, help="packed Parquet file (or an experiment YAML)")
+    add_merge_arguments(p)  # -c FILE, KEY=VALUE overrides, --recipe: for an experiment YAML
     p.add_argument(
         "--source", type=Path, help="the data it was packed from (JSONL/Parquet of ids, or SFT text)"
     )
@@ -51,12 +53,14 @@ def _run(args: argparse.Namespace) -> int:
         from packcfg.packing.api import settings_from_config
 
         try:
-            settings = settings_from_config(load_config([packed]))
+            settings = settings_from_config(load_config([packed, *args.config_files], args.overrides))
         except ConfigError as exc:
             raise PackingError(str(exc)) from None
         packed, metadata = settings.output, metadata or settings.metadata
         source = source or settings.source
         tokenizer = tokenizer or settings.tokenizer
+    elif args.config_files or args.overrides:
+        raise PackingError("-c and overrides apply to an experiment YAML, not to a packed file")
     if args.capacity is not None and args.capacity <= 0:
         raise PackingError(f"--capacity must be > 0, got {args.capacity}")
     if metadata is not None and not metadata.is_file():

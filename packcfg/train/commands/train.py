@@ -13,15 +13,15 @@ import os
 import subprocess
 import sys
 
-from packcfg.core.cli_args import add_merge_arguments
+from packcfg.core.cli_args import add_merge_arguments, add_out_argument
 
 DESCRIPTION = "Train a megatron-core GPT on packed (THD), in-batch packed or padded batches."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="experiment YAML")
-    add_merge_arguments(parser, config_flags=("-c", "--config-file"))
-    parser.add_argument("--output-dir", help="metrics folder (default: runs/<recipe.name>)")
+    add_merge_arguments(parser, config_flags=("-c", "--config", "--config-file"))
+    add_out_argument(parser, "--output-dir", dest="output_dir", help="metrics folder (default: runs/<recipe.name>)")
     parser.add_argument(
         "--batching",
         choices=["packed", "in_batch", "padded"],
