@@ -438,12 +438,19 @@ def is_experiment_file(path: str | Path) -> bool:
     cannot be read counts too (the lint then reports why, exit 2)."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(16 * 1024 * 1024)
+            data = fh.read(16 * 1024 * 1024)  # past MAX_BYTES: only the top-level keys are looked at
     except OSError:
         return True
     text = data.decode("utf-8", errors="replace")
     sections = experiment_sections()
     import yaml
+
+    from packcfg.core.yamlsource import MAX_BYTES, _check_flow_depth
+
+    if len(data) > MAX_BYTES or _check_flow_depth(text) is not None:
+        # too big or too deeply nested to hand to libyaml (it slows down quadratically with flow depth): decide
+        # on the top-level keys alone; an experiment config is then linted and gets its SC004
+        return any(m.group(1) in sections for m in _TOP_KEY.finditer(text))
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     documents = 0

@@ -280,3 +280,17 @@ def test_output_over_a_file_skipped_by_experiments_only_is_refused(tmp_path: Pat
     code, _, err = run(capsys, "--experiments-only", tmp_path, "--output", manifest)
     assert code == 2 and "input" in err
     assert manifest.read_text() == K8S
+
+
+def test_experiments_only_does_not_hand_deep_nesting_to_the_yaml_parser(tmp_path: Path, capsys) -> None:
+    """libyaml slows down quadratically with flow depth (minutes at 200,000 levels): decide on the top-level
+    keys instead, and let the lint report the experiment's SC004."""
+    import time
+
+    deep = "[" * 200_000 + "]" * 200_000
+    (tmp_path / "manifest.yaml").write_text(f"kind: {deep}\n")
+    (tmp_path / "exp.yaml").write_text(f"model: {deep}\n")
+    start = time.perf_counter()
+    code, out, _ = run(capsys, "--experiments-only", tmp_path)
+    assert time.perf_counter() - start < 10
+    assert code == 1 and "SC004" in out and "exp.yaml" in out and "manifest.yaml" not in out
