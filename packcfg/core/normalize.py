@@ -149,8 +149,6 @@ def read_dump(data: dict[str, Any], positions: dict[str, Any]) -> tuple[dict[str
         sec = out.get(section)
         if not isinstance(sec, dict) or not isinstance(sec.get(block), dict):
             continue
-        if "_builder_" not in sec and "_target_" not in sec[block]:
-            continue
         if out is data:
             out, pos_out = dict(data), dict(positions)
         sec_pos = pos_out.get(section)

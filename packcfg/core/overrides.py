@@ -221,6 +221,8 @@ class _ValueParser:
         if "\\" in word:
             word = re.sub(r"\\([\\()\[\]{}:=, \t])", r"\1", word)
             return word
+        if "=" in word:  # Hydra's grammar has no unquoted `=` in a value
+            raise OverrideError("'=' inside a value; quote the value")
         if word.startswith(_SWEEP_FUNCS):
             raise OverrideError("sweeps (choice, range, ...) run several jobs in Hydra; give one value")
         return _typed(word)
