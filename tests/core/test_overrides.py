@@ -226,7 +226,8 @@ def test_render_without_out_is_exit_2(exp: Path, capsys) -> None:
 
 def test_verify_reads_c_and_overrides(exp: Path, tmp_path: Path, capsys) -> None:
     extra = tmp_path / "extra.yaml"
-    extra.write_text("dataset:\n  offline_packing_specs:\n    packed_metadata_path: /nonexistent/from_c.json\n")
+    extra.write_text("dataset:\n  offline_packing_specs:\n    packed_metadata_path: /nonexistent/from_c.json\n"
+                     "    packed_train_data_path: /nonexistent/p.parquet\n")
     code, _, err = run(["verify", str(exp), "-c", str(extra), "dataset.dataset_root=/nonexistent"], capsys)
     assert code == 2 and "/nonexistent/from_c.json" in err, err  # the -c file and the override reached verify
 
