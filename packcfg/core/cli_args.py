@@ -23,12 +23,12 @@ RECIPE_OVERRIDE = "++recipe.base="
 
 
 class _AppendOverrides(argparse.Action):
-    """Adds to `args.overrides` (several actions share that list, in command-line order)."""
+    """Adds to `args.overrides` (the positional KEY=VALUE words and -o/--set share that list)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
-        items = list(getattr(namespace, self.dest, None) or [])
+        items = list(getattr(namespace, "overrides", None) or [])
         items.extend([values] if isinstance(values, str) else values)
-        setattr(namespace, self.dest, items)
+        namespace.overrides = items
 
 
 class _Recipe(argparse.Action):
@@ -79,7 +79,7 @@ def add_merge_arguments(
     )
     if positional:
         parser.add_argument(
-            "overrides",
+            "override_words",  # its own dest: intermixed parsing drops an empty positional's dest
             nargs="*",
             action=_AppendOverrides,
             default=argparse.SUPPRESS,
