@@ -332,6 +332,8 @@ def submit(
     try:
         bundle.write(directory, inputs=list(inputs))
         be.submit(directory, bundle, record)
+        if record.native_state == SUBMITTING:  # a backend that reports no native state of its own
+            record.native_state = record.status
         if on_started is not None:
             on_started(record, be)
     except BaseException as exc:  # a refusal, a failed sbatch, or a signal: never left `submitting`

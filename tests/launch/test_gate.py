@@ -109,7 +109,7 @@ def test_allow_without_a_finding_is_not_recorded(tmp_path: Path) -> None:
 
 
 def test_render_is_gated_too(tmp_path: Path, codes: tuple[str, str]) -> None:
-    out = packcfg("render", str(TINY), "--set", PACKING_OFF, "-o", str(tmp_path / "b"))
+    out = packcfg("render", str(TINY), "--set", PACKING_OFF, "--out", str(tmp_path / "b"))
     assert out.returncode == 1 and f" {codes[0]} " in out.stdout
     out = packcfg(
         "render",
@@ -118,7 +118,7 @@ def test_render_is_gated_too(tmp_path: Path, codes: tuple[str, str]) -> None:
         PACKING_OFF,
         "--allow",
         codes[0],
-        "-o",
+        "--out",
         str(tmp_path / "b"),
         env={"SOURCE_DATE_EPOCH": "1700000000", "USER": "bob"},
     )

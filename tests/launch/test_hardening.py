@@ -42,14 +42,18 @@ def test_render_into_the_config_folder_keeps_the_config(tmp_path: Path) -> None:
     """Old: `render config.yaml -o .` replaced the user's config.yaml (comments lost), exit 0."""
     config = user_config(tmp_path / "exp")
     before = config.read_bytes()
-    out = packcfg("render", "config.yaml", "-o", ".", cwd=tmp_path / "exp")
+    out = packcfg("render", "config.yaml", "--out", ".", cwd=tmp_path / "exp")
     assert out.returncode == 2, out.stdout
     assert "already holds files that packcfg did not write (config.yaml)" in out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert config.read_bytes() == before
+    # The deprecated spelling `-o .` (as the issue wrote it) the same.
+    out = packcfg("render", "config.yaml", "-o", ".", cwd=tmp_path / "exp")
+    assert out.returncode == 2 and "did not write (config.yaml)" in out.stderr.splitlines()[-1]
+    assert config.read_bytes() == before
     assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["config.yaml"]  # nothing written
     # --force writes the other files, but never over an input of the command.
-    out = packcfg("render", "config.yaml", "-o", ".", "--force", cwd=tmp_path / "exp")
+    out = packcfg("render", "config.yaml", "--out", ".", "--force", cwd=tmp_path / "exp")
     assert out.returncode == 2
     assert "config.yaml: is an input of this command" in out.stderr
     assert config.read_bytes() == before
@@ -346,14 +350,14 @@ def test_literal_secrets_anywhere_are_refused_with_their_line(tmp_path: Path, se
     text = config.read_text().replace(f"\n{section}:\n", f"\n{section}:\n  {key}: {SECRET}\n", 1)
     config.write_text(text)
     line = text.splitlines().index(f"  {key}: {SECRET}") + 1
-    out = packcfg("render", str(config), "-o", str(tmp_path / "b"))
+    out = packcfg("render", str(config), "--out", str(tmp_path / "b"))
     assert out.returncode == 2
     assert f"{config}:{line}:3: {section}.{key} holds a literal secret-looking value" in out.stderr
     assert "${oc.env:" in out.stderr and SECRET not in out.stderr
     assert out.stderr.count("\n") == 1 and not (tmp_path / "b").exists()
     # From the environment: accepted, and only the reference is written.
     config.write_text(text.replace(SECRET, "${oc.env:MY_SECRET}"))
-    out = packcfg("render", str(config), "-o", str(tmp_path / "b"))
+    out = packcfg("render", str(config), "--out", str(tmp_path / "b"))
     assert out.returncode == 0, out.stderr
     assert "${oc.env:MY_SECRET}" in (tmp_path / "b" / "config.yaml").read_text()
 

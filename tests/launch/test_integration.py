@@ -128,3 +128,63 @@ def test_nemo_run_local_executor(tmp_path: Path, nemo_run: None) -> None:
     assert rec.extra["executor"] == "local" and rec.native_state == "SUCCEEDED"
     assert_trained(rec)
     assert logs.count("step     4/4") == 1  # each log shown once
+
+
+def _venv_without_packcfg(root: Path) -> Path:
+    """A venv whose interpreter sees the system's site-packages as a plain path (torch, megatron,
+    pyarrow...), without running that folder's .pth files: packcfg's editable install is not there."""
+    import site
+    import subprocess
+    import sys
+
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site_dir,) = venv.glob("lib/python3*/site-packages")
+    (site_dir / "system_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    torchrun = venv / "bin" / "torchrun"
+    torchrun.write_text(f'#!/bin/sh\nexec "{venv}/bin/python" -m torch.distributed.run "$@"\n')
+    torchrun.chmod(0o755)
+    return venv
+
+
+@pytest.mark.slurm
+def test_rendered_bundle_runs_by_hand_where_packcfg_is_not_installed(tmp_path: Path, slurm: None) -> None:
+    """Issue 16: `sbatch sbatch.sh` by hand, from another folder, in an environment where packcfg cannot
+    be imported: the bundle carries packcfg (lib/), --chdir, logs/, and packs the data itself."""
+    import subprocess
+
+    venv = _venv_without_packcfg(tmp_path)
+    env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    probe = subprocess.run(
+        ["python3", "-c", "import torch, megatron.core, pyarrow; import packcfg"],
+        env=env, cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert probe.returncode != 0 and "No module named 'packcfg'" in probe.stderr  # truly not installed
+    bundle = tmp_path / "bundle"
+    out = packcfg("render", str(TINY), "--out", str(bundle), *[a for o in SHORT_RUN for a in ("--set", o)])
+    assert out.returncode == 0, out.stderr
+    assert (bundle / "logs").is_dir() and "--gpus" not in (bundle / "sbatch.sh").read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    job = subprocess.run(
+        ["sbatch", "--parsable", str(bundle / "sbatch.sh")], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip().split(";")[0]
+    from packcfg.launch.backends.slurm import job_state, normalise
+
+    deadline = time.monotonic() + 540
+    state = "PENDING"
+    while time.monotonic() < deadline:
+        state, _ = job_state(job_id)
+        if normalise(state) in ("COMPLETED", "FAILED", "CANCELLED"):
+            break
+        time.sleep(2)
+    log = bundle / "logs" / f"train-{job_id}.out"
+    text = log.read_text() if log.exists() else "(no log)"
+    assert normalise(state) == "COMPLETED", f"{state}\n{text}"
+    assert not list(elsewhere.iterdir())  # nothing landed where sbatch was run
+    metrics = bundle / "output" / "metrics.jsonl"
+    losses = [json.loads(line)["loss"] for line in metrics.read_text().splitlines() if '"loss"' in line]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert "world 2" in text and "wrote runs/tiny_cpu_sft/packed/train.parquet" in text

@@ -355,7 +355,7 @@ def test_strict_undefined_is_an_error() -> None:
 
 
 def test_render_cli(tmp_path: Path) -> None:
-    out = packcfg("render", str(TINY), "-o", str(tmp_path / "b"), "--set", "train.train_iters=5")
+    out = packcfg("render", str(TINY), "--out", str(tmp_path / "b"), "--set", "train.train_iters=5")
     assert out.returncode == 0, out.stderr
     assert str(tmp_path / "b" / "sbatch.sh") in out.stdout
     assert "config sha256" in out.stderr
@@ -363,7 +363,7 @@ def test_render_cli(tmp_path: Path) -> None:
 
 
 def test_render_cli_bad_input_is_one_line(tmp_path: Path) -> None:
-    out = packcfg("render", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "b"))
+    out = packcfg("render", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "b"))
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "Traceback" not in out.stderr
     assert "missing.yaml" in out.stderr

@@ -146,7 +146,7 @@ def test_job_name_derived_from_recipe_name_is_made_safe(marker: Path) -> None:
 def test_refusal_through_the_cli_is_one_line(tmp_path: Path, marker: Path) -> None:
     override = tmp_path / "bad.yaml"
     override.write_text(yaml.safe_dump({"launch": {"job_name": f"x$(touch {marker})"}}))
-    out = packcfg("render", str(TINY), "-c", str(override), "-o", str(tmp_path / "b"))
+    out = packcfg("render", str(TINY), "-c", str(override), "--out", str(tmp_path / "b"))
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert out.stderr.startswith("packcfg: launch.job_name = ") and out.stderr.count("\n") == 1
