@@ -14,9 +14,10 @@ Stand-ins, each limited to what a GPU node would show Bridge (see shared/spec/en
    modules touch when they are imported (`te.Linear`, `te.LayerNormLinear`, `te.ops.*` as placeholder classes
    nothing can instantiate, `te.fp8_autocast`); any other attribute raises AttributeError, so a guarded
    `from transformer_engine... import X` elsewhere raises ImportError and takes its no-TE branch, as before.
-   megatron-core is imported *before* the stand-in is put in place, so its module-level "is TE installed"
-   flags stay False; those only pick layer specs and kernels at model-build time, which the config layer
-   never reaches.
+   megatron-core (with its layer-spec, MoE and tensor-parallel modules, NO_TE_MODULES) is imported *before*
+   the stand-in is put in place, so its module-level "is TE installed" flags stay False, its TE extension
+   modules (TE_EXTENSIONS) included; those only pick layer specs and kernels at model-build time,
+   which the config layer never reaches.
 2. TE version probes. megatron-core's `TransformerConfig.__post_init__` asks `get_te_version()` /
    `is_te_min_version()` and requires fused RoPE functions to exist when `apply_rope_fusion` is on; without
    TE those raise "install TE" errors that a GPU node would never show. The stand-in reports
@@ -42,6 +43,7 @@ cache layout and sets HF_HOME, HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -61,6 +63,15 @@ GPU = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, tota
 MOE_FUSED = ("fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
              "fused_permute_with_probs", "fused_sort_chunks_by_index", "fused_sort_chunks_by_index_with_probs",
              "fused_topk_with_score_function", "fused_unpermute", "te_general_gemm")
+
+# Imported before the stand-in, so their module-level "is TE installed" flags stay False.
+NO_TE_MODULES = (
+    "megatron.core.models.gpt.gpt_layer_specs",
+    "megatron.core.models.mamba.mamba_layer_specs",
+    "megatron.core.transformer.moe.experts",
+    "megatron.core.tensor_parallel.layers",
+)
+TE_EXTENSIONS = ("megatron.core.extensions.transformer_engine", "megatron.core.extensions.transformer_engine_spec_provider")
 
 _HERE = Path(__file__).resolve().parent
 _INSTALLED = False
@@ -133,6 +144,16 @@ def install_standins() -> None:
     from megatron.core.transformer import transformer_config  # noqa: F401
     from megatron.core.transformer.moe import moe_utils
 
+    # megatron-core modules that probe for TE at import time see this machine as it is (HAVE_TE False),
+    # including its TE extension modules (imported now, or blocked if they cannot import without TE).
+    for name in NO_TE_MODULES:
+        importlib.import_module(name)
+    for name in TE_EXTENSIONS:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                sys.modules[name] = None  # later imports raise ImportError, as without TE
     sys.modules.update(_make_te_standin())
     # Version probes: get_te_version() imports transformer_engine and reads __version__ (now TE_VERSION).
     mcore_utils._te_version = None

@@ -190,6 +190,7 @@ class Bridge:
         from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
 
         self.recipes = bridge_recipes
+        self.cpu_env = cpu_env
         index = Path(__file__).resolve().parents[2] / "packcfg" / "data" / "bridge_recipes" / "index.json"
         self.index = json.loads(index.read_text())["recipes"]
         self.gen = gen
