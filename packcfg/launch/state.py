@@ -173,7 +173,10 @@ class JobStore:
             os.close(fd)  # closing the descriptor releases the lock
 
     def save(self, record: JobRecord) -> None:
+        from packcfg.core.atomic import clean_stale_temps
+
         try:
+            clean_stale_temps(self.jobs_dir, self.path(record.id).name)  # a killed writer's leftover
             atomic_write_text(self.path(record.id), json.dumps(record.to_dict(), indent=2) + "\n", 0o600)
         except OSError as exc:
             raise LaunchError(
