@@ -48,10 +48,25 @@ class ThdParams(PackedSeqParams):
 
 @dataclass(frozen=True)
 class RopeSpec:
-    """Rotary settings from the model config: head dim rotated and base."""
+    """Rotary settings from the model config: head dim rotated, base, and the two scalings megatron-core's
+    `RotaryEmbedding` knows: Llama 3.x `rope_scaling` (factor; low/high frequency factors 1 and 4 and an
+    original context of 8192, fixed as megatron-core fixes them) and linear position interpolation."""
 
     dim: int
     base: float = 10000.0
+    llama3_factor: float | None = None  # model.rope_scaling_factor when model.rope_scaling
+    interpolation_factor: float | None = None  # model.seq_len_interpolation_factor
+
+
+def llama3_inv_freq(inv_freq: Tensor, factor: float, low: float = 1.0, high: float = 4.0, context: int = 8192) -> Tensor:
+    """Llama 3.x frequency scaling: long wavelengths divided by `factor`, short ones kept, the band
+    between interpolated smoothly (megatron-core `RotaryEmbedding._apply_scaling`, HF `llama3` rope)."""
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > context / low, inv_freq / factor, inv_freq)
+    smooth = (context / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= context / high) & (wavelen <= context / low)
+    return torch.where(medium, blended, scaled)
 
 
 class Rope:
@@ -60,6 +75,10 @@ class Rope:
     def __init__(self, spec: RopeSpec) -> None:
         self.dim = spec.dim
         self.inv_freq = 1.0 / (spec.base ** (torch.arange(0, spec.dim, 2, dtype=torch.float32) / spec.dim))
+        if spec.llama3_factor is not None:
+            self.inv_freq = llama3_inv_freq(self.inv_freq, spec.llama3_factor)
+        if spec.interpolation_factor is not None:  # positions / factor, as one scaling of every frequency
+            self.inv_freq = self.inv_freq / spec.interpolation_factor
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos/sin tables `[T, 1, dim]` for any positions: one outer product, no per-sample work."""

@@ -102,9 +102,10 @@ def seed_model_parallel_rng(seed: int) -> None:
         random_mod.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
 
 
-def local_layer_spec(core_attention: ModuleSpec) -> ModuleSpec:
-    """megatron's local (no-TE) GPT layer spec, RMSNorm, with `core_attention` swapped in."""
-    kwargs: dict[str, Any] = {}
+def local_layer_spec(core_attention: ModuleSpec, qk_layernorm: bool = False) -> ModuleSpec:
+    """megatron's local (no-TE) GPT layer spec, RMSNorm (q/k norms too when asked), with
+    `core_attention` swapped in."""
+    kwargs: dict[str, Any] = {"qk_layernorm": qk_layernorm}
     if accepts_kwarg(gpt_layer_specs.get_gpt_layer_local_spec, "normalization"):
         kwargs["normalization"] = "RMSNorm"
     spec = gpt_layer_specs.get_gpt_layer_local_spec(**kwargs)
@@ -112,9 +113,9 @@ def local_layer_spec(core_attention: ModuleSpec) -> ModuleSpec:
     return spec
 
 
-def te_layer_spec() -> ModuleSpec:
+def te_layer_spec(qk_layernorm: bool = False) -> ModuleSpec:
     """Transformer Engine layer spec (CUDA + TE only): fused THD attention with cu_seqlens, fused RoPE."""
-    return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
+    return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=qk_layernorm)
 
 
 def check_supported(*, use_te: bool, sequence_parallel: bool, pipeline_parallel: int) -> None:

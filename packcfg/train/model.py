@@ -38,6 +38,8 @@ def transformer_config(settings: ModelSettings, use_te: bool) -> TransformerConf
         gated_linear_unit=True,
         activation_func=F.silu,
         add_bias_linear=False,
+        add_qkv_bias=settings.add_qkv_bias,  # Qwen2/2.5
+        qk_layernorm=settings.qk_layernorm,  # Qwen3: RMSNorm over each head's q and k
         init_method_std=settings.init_method_std,
         attention_dropout=settings.attention_dropout,
         hidden_dropout=settings.hidden_dropout,
@@ -71,14 +73,17 @@ def build_model(settings: ModelSettings, seed: int) -> GPTModel:
     config = transformer_config(settings, use_te)
     rope = settings.position_embedding_type == "rope"
     if use_te:
-        spec = mcore_compat.te_layer_spec()
+        spec = mcore_compat.te_layer_spec(qk_layernorm=settings.qk_layernorm)
         position_embedding = "rope" if rope else "none"
     else:
         rope_spec = RopeSpec(
-            dim=int(settings.kv_channels * settings.rotary_percent), base=settings.rotary_base
+            dim=int(settings.kv_channels * settings.rotary_percent),
+            base=settings.rotary_base,
+            llama3_factor=settings.rope_scaling_factor if settings.rope_scaling else None,
+            interpolation_factor=settings.seq_len_interpolation_factor,
         )
         attention = ModuleSpec(module=PackedCoreAttention, params={"rope": rope_spec if rope else None})
-        spec = mcore_compat.local_layer_spec(attention)
+        spec = mcore_compat.local_layer_spec(attention, qk_layernorm=settings.qk_layernorm)
         # packcfg's attention applies RoPE itself (vectorised over THD); megatron's would loop per sample.
         position_embedding = "none"
     model = GPTModel(
@@ -92,6 +97,9 @@ def build_model(settings: ModelSettings, seed: int) -> GPTModel:
         position_embedding_type=position_embedding,
         rotary_percent=settings.rotary_percent,
         rotary_base=int(settings.rotary_base),
+        rope_scaling=settings.rope_scaling,  # TE path only; the local path's RoPE is packcfg's (above)
+        rope_scaling_factor=settings.rope_scaling_factor,
+        seq_len_interpolation_factor=settings.seq_len_interpolation_factor,
         parallel_output=True,
     )
     if torch.cuda.is_available():

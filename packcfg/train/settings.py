@@ -51,10 +51,19 @@ class ModelSettings:
     transformer_impl: str
     apply_rope_fusion: bool
     position_embedding_type: str
+    # Families beyond plain Llama (Bridge's GPTModelProvider names): Qwen2 QKV bias, Qwen3 q/k norm,
+    # Llama 3.1/3.2 RoPE scaling ("llama3" type, factor) and linear position interpolation.
+    add_qkv_bias: bool = False
+    qk_layernorm: bool = False
+    rope_scaling: bool = False
+    rope_scaling_factor: float = 8.0
+    seq_len_interpolation_factor: float | None = None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ModelSettings:
-        m = _section(config, "model")
+        from packcfg.train.hf.config import model_section  # the shape from a Hugging Face folder, if any
+
+        m = model_section(config)
         heads = int(m.get("num_attention_heads", 0))
         hidden = int(m.get("hidden_size", 0))
         if not heads or not hidden or not m.get("num_layers"):
@@ -84,6 +93,13 @@ class ModelSettings:
             transformer_impl=str(m.get("transformer_impl", "transformer_engine")),
             apply_rope_fusion=_truthy(m.get("apply_rope_fusion", False)),
             position_embedding_type=str(m.get("position_embedding_type", "rope")),
+            add_qkv_bias=_truthy(m.get("add_qkv_bias", False)),
+            qk_layernorm=_truthy(m.get("qk_layernorm", False)),
+            rope_scaling=_truthy(m.get("rope_scaling", False)),
+            rope_scaling_factor=float(m.get("rope_scaling_factor") or 8.0),
+            seq_len_interpolation_factor=(
+                float(m["seq_len_interpolation_factor"]) if m.get("seq_len_interpolation_factor") else None
+            ),
         )
 
 
