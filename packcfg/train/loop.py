@@ -12,6 +12,8 @@ import torch.distributed as dist
 from packcfg.train.batches import NO_FAULTS, Faults, Sample, split_for_context_parallel
 from packcfg.train.checkpoint import load_checkpoint, load_weights, resolve_checkpoint, save_checkpoint
 from packcfg.train.data import BatchPlan, PackedParquet, SampleUnits, Units
+from packcfg.train.hf.config import hf_source
+from packcfg.train.hf.convert import load_hf_weights
 from packcfg.train.metrics import MetricsLog, StepMetrics, print_progress
 from packcfg.train.model import build_model, use_transformer_engine
 from packcfg.train.optim import LrSchedule, MasterWeights, build_optimizer
@@ -65,6 +67,9 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
     if resume_dir is not None:
         start = load_checkpoint(resume_dir, layout, model, optimizer, schedule, master).iteration
         _say(layout, f"resumed from {resume_dir} at step {start}")
+    elif (hf_dir := hf_source(config)) is not None:  # a Hugging Face folder (packcfg.train.hf)
+        family = load_hf_weights(hf_dir, model, master)
+        _say(layout, f"initial weights from {hf_dir} (Hugging Face {family})")
     elif s.pretrained_dir is not None:
         pretrained = resolve_checkpoint(s.pretrained_dir)
         if pretrained is None:

@@ -93,10 +93,17 @@ def _tp() -> tuple[int, int]:
 
 
 @torch.no_grad()
-def load_hf_weights(folder: Path, model: torch.nn.Module) -> str:
-    """Copy an HF folder's weights into `model` (this TP rank's slice of each); returns the family."""
+def load_hf_weights(folder: Path, model: torch.nn.Module, master: Any = None) -> str:
+    """Copy an HF folder's weights into `model` (this TP rank's slice of each); returns the family.
+
+    `master`: the bf16 run's `MasterWeights`, whose fp32 copies get the folder's full-precision values
+    (copying them from the bf16 model would round them)."""
     hf = read_hf_config(folder)
     params = dict(model.named_parameters())
+    masters: dict[str, torch.nn.Parameter] = {}
+    if master is not None:
+        trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+        masters = dict(zip(trainable, master.master_params, strict=True))
     full = hf_to_megatron(read_safetensors(folder), hf.family, list(params), _attention_shape(model.config), folder)
     tp, rank = _tp()
     for name, param in params.items():
@@ -106,6 +113,8 @@ def load_hf_weights(folder: Path, model: torch.nn.Module) -> str:
                 f"{folder}: {name} has shape {tuple(part.shape)} for TP rank {rank}, the model {tuple(param.shape)}"
             )
         param.copy_(part.to(dtype=param.dtype, device=param.device))
+        if name in masters:
+            masters[name].copy_(part.to(dtype=masters[name].dtype, device=masters[name].device))
     return hf.family
 
 
