@@ -151,6 +151,70 @@ def _lock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+_DEFERRED = {signal.SIGINT, signal.SIGTERM}
+_critical = 0  # > 0 while a temporary is being created/registered or removed
+_pending: int | None = None  # a signal that arrived meanwhile (handled when the section ends)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT/SIGTERM wait until the block ends (then they are acted on).
+
+    Creating a temporary and registering it for cleanup, and the cleanup itself, must not be cut in two
+    by a signal: a handler that raises between `os.open` and the `try` would leak the file. The signal
+    mask covers this thread; a signal taken by another thread (pyarrow's pools) only trips Python's flag,
+    and the handlers of `exit_on_signals` then see `_critical` and postpone."""
+    global _critical, _pending
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    _critical += 1
+    try:
+        yield
+    finally:
+        _critical -= 1
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if _critical == 0 and _pending is not None:
+            signum, _pending = _pending, None
+            _raise_for(signum)
+
+
+def _raise_for(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise _Signalled(128 + signum)
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    global _pending
+    if _critical:
+        _pending = signum
+        return
+    _raise_for(signum)
+
+
+def _create_temp(path: Path, directory: bool) -> tuple[Path, int]:
+    while True:
+        tmp = temp_name(path)
+        try:
+            if directory:
+                os.mkdir(tmp, 0o700)
+                fd = os.open(tmp, os.O_RDONLY)
+            else:
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        _lock(fd)
+        return tmp, fd
+
+
+def _remove(tmp: Path, directory: bool) -> None:
+    with _signals_deferred():
+        if directory:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with suppress(OSError):
+                os.unlink(tmp)
+
+
 @contextmanager
 def atomic_path(
     path: str | Path,
@@ -166,7 +230,8 @@ def atomic_path(
 
     The output rule (`check_output`, same keyword arguments) is applied first: a symlink, a special file
     or an input of the command is never replaced. `mode` sets the permission bits; by default an
-    existing file keeps its own, a new one gets 0o644.
+    existing file keeps its own, a new one gets 0o644. A signal (SIGINT, or SIGTERM under
+    `exit_on_signals`) at any point removes the temporary.
     """
     path = check_output(
         path,
@@ -178,15 +243,11 @@ def atomic_path(
     )
     folder = path.parent if str(path.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
-    while True:
-        tmp = temp_name(path)
-        try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            break
-        except FileExistsError:
-            continue
+    tmp: Path | None = None
+    fd = -1
     try:
-        _lock(fd)
+        with _signals_deferred():  # a signal arrives once `tmp` is known, inside this `try`
+            tmp, fd = _create_temp(path, directory=False)
         yield tmp
         if mode is None:
             try:
@@ -201,35 +262,35 @@ def atomic_path(
             kind = _kind(os.stat(path))
             if kind is not None:
                 raise OutputRefused(f"{what} {path}: is {kind}; refusing to replace it with a regular file")
-        os.replace(tmp, path)
+        with _signals_deferred():
+            os.replace(tmp, path)
+            tmp = None
     except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            _remove(tmp, directory=False)
         raise
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 @contextmanager
 def temp_dir(beside: str | Path) -> Iterator[Path]:
-    """A locked temporary folder beside `beside` (same pattern as files), removed on exit."""
+    """A locked temporary folder beside `beside` (same pattern as files), removed on exit (signals too)."""
     beside = Path(beside)
     folder = beside.parent if str(beside.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
-    while True:
-        tmp = temp_name(beside)
-        try:
-            os.mkdir(tmp, 0o700)
-            break
-        except FileExistsError:
-            continue
-    fd = os.open(tmp, os.O_RDONLY)
+    tmp: Path | None = None
+    fd = -1
     try:
-        _lock(fd)
+        with _signals_deferred():
+            tmp, fd = _create_temp(beside, directory=True)
         yield tmp
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.close(fd)
+        if tmp is not None:
+            _remove(tmp, directory=True)
+        if fd >= 0:
+            os.close(fd)
 
 
 def clean_stale_temps(folder: str | Path, name: str) -> list[Path]:
@@ -281,18 +342,15 @@ class _Signalled(SystemExit):
 @contextmanager
 def exit_on_signals() -> Iterator[None]:
     """Within the block, SIGTERM raises SystemExit(143) and SIGINT KeyboardInterrupt (exit 130), so that
-    every `finally` (temporary files, spool folders) runs before the process exits. Main thread only."""
+    every `finally` (temporary files, spool folders) runs before the process exits; a signal that lands
+    while a temporary is being created or removed is acted on right after. Main thread only."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def on_term(signum: int, frame: object) -> None:
-        raise _Signalled(128 + signum)
-
-    old_term = signal.signal(signal.SIGTERM, on_term)
-    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    old_term = signal.signal(signal.SIGTERM, _on_signal)
+    old_int = signal.signal(signal.SIGINT, _on_signal)
     try:
         yield
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import numpy as np
 
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import OVERSIZE_POLICIES, PlanError, itemize
-from packcfg.packing.sources import detect_format, spool
+from packcfg.packing.sources import detect_format, iter_batches
 from packcfg.packing.writer import digest_add, parquet_entry, read_metadata, slot_hashes
 
 
@@ -146,8 +145,8 @@ def verify_packed(
     align = int(entry.get("pad_seq_to_mult") or 1)
     pad_id = int(entry.get("pad_id") or 0)
 
-    found: list[tuple[bytes, bytes]] = []
-    where: list[tuple[int, int]] = []
+    slot_j_parts: list[np.ndarray] = []
+    slot_tok_parts: list[np.ndarray] = []
     slot_hash_parts: list[np.ndarray] = []
     slot_row_parts: list[np.ndarray] = []
     row_hash_parts: list[np.ndarray] = []
@@ -177,11 +176,9 @@ def verify_packed(
             slot_hash_parts.append(slot_hashes(slot_ids, slot_mask, flat_off))
             slot_row_parts.append((slot_rows + r0).astype(np.int64))
             report.samples += int(cum[-1])
-            if source is not None:
-                for k in range(len(lens)):
-                    s, e = int(flat_off[k]), int(flat_off[k + 1])
-                    found.append(_slot_key(slot_ids[s:e], slot_mask[s:e]))
-                    where.append((r0 + int(slot_rows[k]), int(j_in_row[k])))
+            if source is not None:  # tokens-only hashes tell "loss mask differs" from "not found"
+                slot_tok_parts.append(slot_hashes(slot_ids, np.zeros(len(gm), np.int8), flat_off))
+                slot_j_parts.append(j_in_row.astype(np.int32))
         row_hash_parts.append(
             slot_hashes(ids, mask, ids_off) if mask_off[-1] == ids_off[-1] else np.zeros(nrows, np.uint64)
         )
@@ -201,8 +198,12 @@ def verify_packed(
             align,
             pad_id,
             capacity,
-            found,
-            where,
+            _Slots(
+                slot_h,
+                np.concatenate(slot_tok_parts) if slot_tok_parts else np.zeros(0, np.uint64),
+                slot_row,
+                np.concatenate(slot_j_parts) if slot_j_parts else np.zeros(0, np.int32),
+            ),
             max_errors,
         )
     return report
@@ -370,6 +371,53 @@ def _meta_path(value: Any) -> Path | None:
     return Path(value) if isinstance(value, str) and value else None
 
 
+@dataclass
+class _Slots:
+    """Every sample slot of the file: full hash, tokens-only hash, row and position in the row."""
+
+    full: np.ndarray
+    tokens: np.ndarray
+    row: np.ndarray
+    j: np.ndarray
+
+
+def _expected_batches(
+    source: Path, tokenizer: Path | None, capacity: int | None, align: int, pad_id: int, policy: str
+) -> Any:
+    """Stream the source: per batch, (full hashes, tokens-only hashes, source line) of every slot the
+    packer makes from it (oversize policy, alignment padding, label-aligned mask). One batch in memory."""
+    fmt = detect_format(Path(source))
+    for b in iter_batches(Path(source), tokenizer if fmt == "text" else None, fmt=fmt):
+        raw = np.diff(b.offsets) - 1
+        try:
+            if capacity is None:
+                item_sample, item_start, item_length = np.arange(len(raw)), np.zeros(len(raw), np.int64), raw
+            else:
+                item_sample, item_start, item_length = itemize(raw, capacity, align, policy)
+        except PlanError as exc:
+            raise PackingError(f"{source}: {exc} (in the batch from line {b.first_line})") from None
+        if len(item_sample) == 0:
+            continue
+        real = (item_length + 1).astype(np.int64)
+        slot = real + (-item_length) % align
+        off = np.zeros(len(slot) + 1, dtype=np.int64)
+        np.cumsum(slot, out=off[1:])
+        pos = np.arange(int(off[-1]), dtype=np.int64) - np.repeat(off[:-1], slot)
+        is_pad = pos >= np.repeat(real, slot)
+        gather = np.repeat(b.offsets[item_sample] + item_start, slot) + pos
+        gather[is_pad] = 0
+        toks = b.values[gather].astype(np.int32)
+        mask = b.mask[gather].astype(np.int8)
+        toks[is_pad] = pad_id
+        mask[is_pad] = 0
+        mask[off[:-1] + real - 1] = 0
+        yield (
+            slot_hashes(toks, mask, off),
+            slot_hashes(toks, np.zeros(len(toks), np.int8), off),
+            (b.first_line + item_sample).astype(np.int64),
+        )
+
+
 def _check_against_source(
     report: VerifyReport,
     source: Path,
@@ -378,60 +426,77 @@ def _check_against_source(
     align: int,
     pad_id: int,
     capacity: int | None,
-    found: list[tuple[bytes, bytes]],
-    where: list[tuple[int, int]],
+    slots: _Slots,
     max_errors: int,
 ) -> None:
-    fmt = detect_format(Path(source))
-    sp = spool(Path(source), tokenizer if fmt == "text" else None)
+    """Every source sample (as the packer slots it) in exactly one slot of the file, and nothing else.
+
+    Streams the source batch by batch and compares 64-bit slot hashes as sorted arrays: memory is one
+    source batch plus ~30 bytes per sample, whatever the size of the data."""
     policy = (entry.get("oversize") or {}).get("policy", "error")
     if policy not in OVERSIZE_POLICIES:
         policy = "error"
-    raw = sp.runtime_lengths()
-    try:
-        if capacity is None:
-            item_sample, item_start, item_length = np.arange(len(raw)), np.zeros(len(raw), np.int64), raw
+    parts = list(_expected_batches(source, tokenizer, capacity, align, pad_id, policy))
+    exp_full = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
+    exp_tok = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
+    exp_line = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
+    del parts
+    order = np.argsort(exp_full, kind="stable")
+    e_sorted = exp_full[order]
+    e_uniq, e_first, e_count = np.unique(e_sorted, return_index=True, return_counts=True)
+    tok_sorted = np.sort(exp_tok)
+    tok_order = np.argsort(exp_tok, kind="stable")
+
+    f = slots.full
+    idx = np.minimum(np.searchsorted(e_uniq, f), max(len(e_uniq) - 1, 0))
+    present = (e_uniq[idx] == f) if len(e_uniq) else np.zeros(len(f), dtype=bool)
+    # rank of each slot among the file's slots with the same hash (file order): beyond the expected count
+    # it is a duplicate
+    f_order = np.argsort(f, kind="stable")
+    f_sorted = f[f_order]
+    group_start = np.searchsorted(f_sorted, f_sorted, side="left")
+    rank = np.empty(len(f), dtype=np.int64)
+    rank[f_order] = np.arange(len(f)) - group_start
+    dup = present & (rank >= np.where(present, e_count[idx], 0))
+    missing_in_file = ~present
+    bad = np.flatnonzero(dup | missing_in_file)  # file order
+    path = report.path
+    shown = 0
+    for k in bad:
+        if shown >= max_errors:
+            report.error_count += len(bad) - shown
+            break
+        r, j = int(slots.row[k]), int(slots.j[k])
+        if dup[k]:
+            line = int(exp_line[order[e_first[idx[k]]]])
+            report.add(f"{path}: row {r} sample {j}: duplicate of source line {line}", max_errors)
         else:
-            item_sample, item_start, item_length = itemize(raw, capacity, align, policy)
-    except PlanError as exc:
-        raise PackingError(f"{source}: {exc}") from None
-    expected: dict[bytes, list[int]] = {}
-    tokens_only: dict[bytes, int] = {}
-    for it in range(len(item_sample)):
-        smp = int(item_sample[it])
-        s = int(sp.offsets[smp] + item_start[it])
-        length = int(item_length[it])
-        pad = (-length) % align
-        toks = np.concatenate([sp.tokens[s : s + length + 1], np.full(pad, pad_id, dtype=np.int32)])
-        m = np.concatenate([sp.mask[s : s + length], np.zeros(pad + 1, dtype=np.int8)])
-        tkey, fkey = _slot_key(toks, m)
-        expected.setdefault(fkey, []).append(smp)
-        tokens_only[tkey] = smp
-    seen: Counter[bytes] = Counter()
-    for (tkey, fkey), (r, j) in zip(found, where, strict=True):
-        if fkey in expected:
-            seen[fkey] += 1
-            if seen[fkey] > len(expected[fkey]):
-                smp = expected[fkey][0]
+            t = np.searchsorted(tok_sorted, slots.tokens[k])
+            if t < len(tok_sorted) and tok_sorted[t] == slots.tokens[k]:
+                line = int(exp_line[tok_order[t]])
                 report.add(
-                    f"{report.path}: row {r} sample {j}: duplicate of source line {int(sp.lines[smp])}",
+                    f"{path}: row {r} sample {j}: tokens match source line {line} but the loss_mask differs",
                     max_errors,
                 )
-        elif tkey in tokens_only:
-            smp = tokens_only[tkey]
-            report.add(
-                f"{report.path}: row {r} sample {j}: tokens match source line {int(sp.lines[smp])} "
-                "but the loss_mask differs",
-                max_errors,
-            )
-        else:
-            report.add(
-                f"{report.path}: row {r} sample {j}: not found in {source} (tokens altered or foreign)",
-                max_errors,
-            )
-    # samples the oversize policy dropped are not expected (itemize leaves them out)
-    for fkey, samples in expected.items():
-        missing = len(samples) - seen.get(fkey, 0)
-        if missing > 0:
-            report.add(f"{source}:{int(sp.lines[samples[0]])}: sample missing from {report.path}", max_errors)
+            else:
+                report.add(
+                    f"{path}: row {r} sample {j}: not found in {source} (tokens altered or foreign)",
+                    max_errors,
+                )
+        shown += 1
+    # expected slots the file does not hold (often enough); samples the oversize policy dropped are not
+    # expected (itemize leaves them out)
+    f_uniq, f_count = np.unique(f, return_counts=True)
+    if len(e_uniq):
+        have = np.zeros(len(e_uniq), dtype=np.int64)
+        if len(f_uniq):
+            at = np.minimum(np.searchsorted(f_uniq, e_uniq), len(f_uniq) - 1)
+            have = np.where(f_uniq[at] == e_uniq, f_count[at], 0)
+        short = np.flatnonzero(have < e_count)
+        lines = np.sort(exp_line[order[e_first[short]]])
+        for n_shown, line in enumerate(lines):
+            if n_shown >= max_errors:
+                report.error_count += len(lines) - n_shown
+                break
+            report.add(f"{source}:{int(line)}: sample missing from {path}", max_errors)
     report.source_checked = True

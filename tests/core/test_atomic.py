@@ -223,3 +223,45 @@ def test_a_killed_writers_temp_is_removed_by_the_next_run(tmp_path: Path) -> Non
     )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
     assert out.stdout.strip() == "1" and not tmp.exists()
+
+
+def test_exit_on_signals_turns_sigterm_into_exit_143_after_cleanup(tmp_path: Path) -> None:
+    import signal
+
+    from packcfg.core.atomic import exit_on_signals
+
+    target = tmp_path / "out.bin"
+    with pytest.raises(SystemExit) as info:
+        with exit_on_signals():
+            with atomic_path(target) as tmp:
+                tmp.write_bytes(b"partial")
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)  # the handler raises at the next bytecode
+    assert info.value.code == 143
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+def test_a_signal_while_a_temporary_is_created_is_acted_on_once_it_is_registered(tmp_path: Path) -> None:
+    import signal
+
+    from packcfg.core import atomic
+    from packcfg.core.atomic import exit_on_signals
+
+    real_create = atomic._create_temp
+
+    def create_then_signal(path: Path, directory: bool):  # the signal lands right after os.open
+        made = real_create(path, directory)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+        return made
+
+    atomic._create_temp = create_then_signal
+    try:
+        with pytest.raises(SystemExit):
+            with exit_on_signals():
+                with atomic_path(tmp_path / "x.bin") as tmp:
+                    tmp.write_bytes(b"never")
+    finally:
+        atomic._create_temp = real_create
+    assert list(tmp_path.iterdir()) == []
