@@ -83,9 +83,16 @@ VERSION_DIFFERENCES: dict[str, str] = {
 
 # Known packcfg bugs the oracle found (reported to the lead): strict xfail, so a fix makes the test fail until
 # the entry is removed.
-# (An earlier run found PL605 firing on llama31_405b_sft_config and qwen3_235b_a22b_sft_config, whose
-# account_for_embedding/loss_in_pipeline_split make (layers+2) divisible by PP; fixed in the rules since.)
-PACKCFG_BUGS: dict[str, str] = {}
+_PL605 = (
+    "PL605 ignores model.account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split: "
+    "megatron-core divides num_layers + 1 per flag by PP ({} layers + 2 over PP {}), and Bridge validates it"
+)
+PACKCFG_BUGS: dict[str, str] = {
+    "llama31_405b_sft_config": _PL605.format(126, 16),
+    "llama31_405b_peft_config": _PL605.format(126, 8),
+    "qwen3_235b_a22b_sft_config": _PL605.format(94, 16),
+    "qwen3_235b_a22b_peft_config": _PL605.format(94, 4),
+}
 
 # (file, Bridge's code) -> reason, where packcfg reports the same rejection under another code (the root cause).
 SAME_REJECTION: dict[tuple[str, str], str] = {
