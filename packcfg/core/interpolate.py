@@ -269,3 +269,21 @@ def restore_text(value: Any) -> Any:
     if isinstance(value, list):
         return [restore_text(v) for v in value]
     return str(value) if is_unknown(value) else value
+
+
+def has_unknown(value: Any) -> bool:
+    """Whether plain config data holds an Unknown anywhere."""
+    if isinstance(value, dict):
+        return any(has_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_unknown(v) for v in value)
+    return is_unknown(value)
+
+
+def substitute_unknown(value: Any, stand_in: Any) -> Any:
+    """A copy of `value` with every Unknown replaced by `stand_in` (the lint tries each possible reading)."""
+    if isinstance(value, dict):
+        return {k: substitute_unknown(v, stand_in) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute_unknown(v, stand_in) for v in value]
+    return stand_in if is_unknown(value) else value

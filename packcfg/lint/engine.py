@@ -167,70 +167,107 @@ def _run_rules(
 ) -> list[Diagnostic] | None:
     """Diagnostics of every rule; None when the pipeline could not reach the rules at all."""
     # Imported here, not at module top: they pull in the rule side's tables only when a config is linted.
+    from packcfg.core.interpolate import has_unknown, substitute_unknown
     from packcfg.core.normalize import normalize
     from packcfg.core.schema import validate
     from packcfg.lint.context import RuleContext
     from packcfg.lint.facts import derive
 
-    config: dict[str, Any] = located.data
-    renamed: dict[tuple[str, ...], tuple[str, ...]] = {}
-    try:
-        normalized = normalize(config)
-        config, renamed = normalized.config, dict(normalized.renamed)
-    except Exception as exc:  # keep linting the config as written
-        crashed("normalize", exc)
-    schema_issues: list[Any] = []
-    try:
-        schema_issues = list(validate(config, settings.profile))
-    except Exception as exc:
-        crashed("schema validation", exc)
-    try:
-        facts = derive(config, settings.profile)
-    except Exception as exc:
-        crashed("facts.derive", exc)
-        return None  # no rule can run without the facts
-    ctx = RuleContext(
-        config=config,
-        facts=facts,
-        sources=located.sources,
-        profile=settings.profile,
-        renamed=renamed,
-        pack_metadata=pack_metadata,
-        schema_issues=schema_issues,
-        check_paths=check_paths,
-    )
-    out: list[Diagnostic] = []
-    for code, rule in rules.items():
+    def pipeline(raw: dict[str, Any], report: Callable[[str, BaseException], None]) -> Any:
+        """normalise -> schema -> facts -> every rule: (ctx, [(code, finding)]), or None without facts."""
+        config: dict[str, Any] = raw
+        renamed: dict[tuple[str, ...], tuple[str, ...]] = {}
         try:
-            findings = list(rule.check(ctx))
+            normalized = normalize(config)
+            config, renamed = normalized.config, dict(normalized.renamed)
+        except Exception as exc:  # keep linting the config as written
+            report("normalize", exc)
+        schema_issues: list[Any] = []
+        try:
+            schema_issues = list(validate(config, settings.profile))
         except Exception as exc:
-            crashed(f"rule {code}", exc)
-            continue
-        for finding in findings:
+            report("schema validation", exc)
+        try:
+            facts = derive(config, settings.profile)
+        except Exception as exc:
+            report("facts.derive", exc)
+            return None  # no rule can run without the facts
+        ctx = RuleContext(
+            config=config,
+            facts=facts,
+            sources=located.sources,
+            profile=settings.profile,
+            renamed=renamed,
+            pack_metadata=pack_metadata,
+            schema_issues=schema_issues,
+            check_paths=check_paths,
+        )
+        found: list[tuple[str, Any]] = []
+        for code, rule in rules.items():
             try:
-                pos = ctx.position(tuple(finding.at))
-                if _not_on_base(code) and is_base_source(pos.file):
-                    continue  # the base recipe's own keys and spellings are Bridge's, not the user's
-                fix = _written_fix(finding.fix, ctx) if finding.fix else None
+                found.extend((code, finding) for finding in rule.check(ctx))
             except Exception as exc:
-                crashed(f"rule {code} (finding at {finding.at!r})", exc)
-                continue
-            out.append(
-                make(
-                    code,
-                    finding.message,
-                    pos,
-                    severity=finding.severity,
-                    hint=finding.hint,
-                    fix=fix,
-                    path=".".join(finding.at),
-                )
+                report(f"rule {code}", exc)
+        return ctx, found
+
+    ran = pipeline(located.data, crashed)
+    if ran is None:
+        return None
+    ctx, found = ran
+    config = ctx.config
+    if has_unknown(located.data):
+        # rules.md rev 3: a value lint cannot know (`${oc.env:VAR}`) is unknown, not wrong. A finding stands
+        # only when it holds whatever the value is: it must also come out with the unknown values read as
+        # true and as false (the facts read a flag as on only when it `is True`).
+        kept = {_key(code, f) for code, f in found}
+        for stand_in in (True, False):
+            variant = pipeline(substitute_unknown(located.data, stand_in), lambda where, exc: None)
+            kept &= {_key(code, f) for code, f in variant[1]} if variant is not None else set()
+        found = [(code, f) for code, f in found if _key(code, f) in kept]
+    out: list[Diagnostic] = []
+    for code, finding in found:
+        try:
+            if _on_unknown(config, finding):
+                continue  # the rule reasoned about a value lint cannot know (`${oc.env:VAR}`)
+            pos = ctx.position(tuple(finding.at))
+            if _not_on_base(code) and is_base_source(pos.file):
+                continue  # the base recipe's own keys and spellings are Bridge's, not the user's
+            fix = _written_fix(finding.fix, ctx) if finding.fix else None
+        except Exception as exc:
+            crashed(f"rule {code} (finding at {finding.at!r})", exc)
+            continue
+        out.append(
+            make(
+                code,
+                finding.message,
+                pos,
+                severity=finding.severity,
+                hint=finding.hint,
+                fix=fix,
+                path=".".join(finding.at),
             )
+        )
     return out
+
+
+def _key(code: str, finding: Any) -> tuple[str, tuple[str, ...], str]:
+    return code, tuple(finding.at), finding.message
 
 
 # Codes never reported on a value that comes from a base recipe (`recipe.base`): its keys are Bridge's own
 # (SC003), and so is its spelling of fields (DP: deprecated spellings of the Bridge release it was taken from).
+def _on_unknown(config: dict[str, Any], finding: Any) -> bool:
+    """Whether a finding is about a value whose interpolation lint cannot resolve: at that key, or with a fix
+    that edits it (rules.md rev 3: such a value is unknown, not wrong; rules that need it do not fire)."""
+    from packcfg.core.config import get_path
+    from packcfg.core.interpolate import is_unknown
+
+    paths = [tuple(finding.at)]
+    if finding.fix is not None:
+        paths.extend(tuple(e.path) for e in finding.fix.edits)
+    return any(is_unknown(get_path(config, p)) for p in paths)
+
+
 def _not_on_base(code: str) -> bool:
     return code == "SC003" or code.startswith("DP")
 

@@ -301,3 +301,31 @@ def test_lint_of_one_file_does_not_import_omegaconf() -> None:
 
 def test_unknown_is_not_equal_to_anything() -> None:
     assert Unknown("${x}") != Unknown("${x}") and Unknown("${x}") is not None
+
+
+CASES = sorted((REPO / "tests" / "cases").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("case", CASES[::4], ids=lambda p: p.stem)
+def test_an_unknown_value_never_draws_a_finding_a_known_one_would_not(case: Path) -> None:
+    """Every scalar of a case replaced, one at a time, by `${oc.env:X}`: no SC002 at it, no internal error,
+    and no error or warning the case did not already have (rules that need the value do not fire)."""
+    import re
+
+    from packcfg.lint.settings import Settings
+
+    text = case.read_text()
+    internal: list[str] = []
+    before = {d.code for d in engine.lint_located(merge_documents([load_text(text, "t.yaml")]), settings=Settings())}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)([A-Za-z_]+): (\S[^#]*?)\s*(#.*)?$", line)
+        if not m:
+            continue
+        mutated = [*lines[:i], f"{m.group(1)}{m.group(2)}: ${{oc.env:X}}", *lines[i + 1 :]]
+        located = merge_documents([load_text("\n".join(mutated) + "\n", "t.yaml")])
+        for d in engine.lint_located(located, settings=Settings(), on_internal_error=internal.append):
+            assert not (d.code == "SC002" and d.line == i + 1), (line, d.message)
+            new = d.code not in before and d.severity.value != "info"
+            assert not new or (d.code == "PK111" and "PK101" in before), (line, d.code, d.message)
+    assert internal == []
