@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pack": ("packcfg.packing.commands.pack", "pack a tokenized dataset into Bridge's packed Parquet"),
     "verify": ("packcfg.packing.commands.verify", "check a packed Parquet file (and against its source)"),
     "train": ("packcfg.train.commands.train", "run the bundled megatron-core packed-training executor"),
+    "export-hf": ("packcfg.train.hf.command", "export a run's checkpoint as a Hugging Face folder"),
     "render": ("packcfg.launch.commands.render", "render the job bundle (scripts, manifest, config)"),
     "launch": ("packcfg.launch.commands.launch", "lint, render and submit a job"),
     "status": ("packcfg.launch.commands.status", "show job records and their state"),
