@@ -319,7 +319,9 @@ def slurm_options(spec: LaunchSpec) -> dict[str, Any]:
 
 
 # Config keys that name files or folders the job reads or writes (by the last part of the key).
-_PATH_KEY = re.compile(r"(_path|_paths|_dir|_root|_file|^path|^dir|^save|^load|^pretrained_checkpoint|^tokenizer_model)\Z")
+_PATH_KEY = re.compile(
+    r"(_path|_paths|_dir|_root|_file|^path|^dir|^save|^load|^pretrained_checkpoint|^tokenizer_model)\Z"
+)
 _FILE_KEY = re.compile(r"(_path|_file|^path|^tokenizer_model)\Z")
 _MOUNT_PATH = re.compile(r"/[A-Za-z0-9._/@+=-]*\Z")
 _PATH_SECTIONS = ("dataset", "checkpoint", "tokenizer", "logger", "model", "peft", "validation")
@@ -358,7 +360,9 @@ def derived_mounts(config: Mapping[str, Any], spec: LaunchSpec) -> list[str]:
     out: list[str] = []
     for key, folder in sorted(found, key=lambda kv: kv[1]):
         if folder == "/":
-            raise LaunchError(f"{key}: a path directly under / cannot be mounted on its own; add launch.mounts")
+            raise LaunchError(
+                f"{key}: a path directly under / cannot be mounted on its own; add launch.mounts"
+            )
         if not _MOUNT_PATH.match(folder):
             raise LaunchError(
                 f"{key} = {folder!r}: cannot be mounted into the container (only plain path characters); "
@@ -412,9 +416,7 @@ def packcfg_source() -> dict[str, bytes]:
     key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
     cached = _SOURCE_CACHE.get(key)
     if cached is None:
-        cached = {
-            f"{PACKCFG_LIB}/packcfg/{p.relative_to(root).as_posix()}": p.read_bytes() for p in paths
-        }
+        cached = {f"{PACKCFG_LIB}/packcfg/{p.relative_to(root).as_posix()}": p.read_bytes() for p in paths}
         _SOURCE_CACHE.clear()
         _SOURCE_CACHE[key] = cached
     return dict(cached)
@@ -512,7 +514,9 @@ def render_bundle(
             "path": f"{PACKCFG_LIB}/packcfg",
             "files": len(vendored),
             "sha256": hashlib.sha256(
-                "".join(f"{n}\0{hashlib.sha256(d).hexdigest()}\n" for n, d in sorted(vendored.items())).encode()
+                "".join(
+                    f"{n}\0{hashlib.sha256(d).hexdigest()}\n" for n, d in sorted(vendored.items())
+                ).encode()
             ).hexdigest(),
         },
         "mounts": mounts,

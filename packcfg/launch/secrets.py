@@ -19,18 +19,75 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-_ANYWHERE = {"secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential", "credentials", "apikey"}
+_ANYWHERE = {
+    "secret",
+    "secrets",
+    "password",
+    "passwords",
+    "passwd",
+    "passphrase",
+    "credential",
+    "credentials",
+    "apikey",
+}
 _LAST = {"token", "key"}
 # Last words that make the name about a secret, not the secret itself.
 _DESCRIBES = {
-    "file", "files", "path", "paths", "dir", "folder", "id", "ids", "name", "names", "type", "kind",
-    "env", "var", "variable", "len", "length", "size", "count", "num", "dim", "prefix", "suffix", "url",
-    "host", "header", "policy", "dropping", "dispatcher",
+    "file",
+    "files",
+    "path",
+    "paths",
+    "dir",
+    "folder",
+    "id",
+    "ids",
+    "name",
+    "names",
+    "type",
+    "kind",
+    "env",
+    "var",
+    "variable",
+    "len",
+    "length",
+    "size",
+    "count",
+    "num",
+    "dim",
+    "prefix",
+    "suffix",
+    "url",
+    "host",
+    "header",
+    "policy",
+    "dropping",
+    "dispatcher",
 }
 # `<role>_token` of a tokenizer: a vocabulary entry, not a credential.
 _TOKEN_ROLES = {
-    "bos", "eos", "eot", "eod", "pad", "unk", "sep", "cls", "mask", "image", "video", "audio", "vision",
-    "start", "end", "special", "extra", "placeholder", "boi", "eoi", "begin", "tool", "think",
+    "bos",
+    "eos",
+    "eot",
+    "eod",
+    "pad",
+    "unk",
+    "sep",
+    "cls",
+    "mask",
+    "image",
+    "video",
+    "audio",
+    "vision",
+    "start",
+    "end",
+    "special",
+    "extra",
+    "placeholder",
+    "boi",
+    "eoi",
+    "begin",
+    "tool",
+    "think",
 }
 ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,[^{}]*)?\}\Z")
 SHELL_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}\Z|\$([A-Za-z_][A-Za-z0-9_]*)\Z")
@@ -90,7 +147,11 @@ def literal_secrets(config: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...]
                 sub = (*path, str(key))
                 if isinstance(value, Mapping | list):
                     yield from walk(value, sub)
-                elif looks_secret(str(key)) and _literal(value) and (isinstance(value, str) or _strong(str(key))):
+                elif (
+                    looks_secret(str(key))
+                    and _literal(value)
+                    and (isinstance(value, str) or _strong(str(key)))
+                ):
                     in_launch_env = path == ("launch", "env")
                     if env_reference(value, shell=in_launch_env) is None:
                         yield sub, value

@@ -122,7 +122,11 @@ def check_secrets(located: Any) -> None:
         if tuple(path[:2]) == ("launch", "env")
         else f"{key}: ${{oc.env:{var}}}"
     )
-    more = f" (and {len(found) - 1} more: {', '.join('.'.join(p) for p, _ in found[1:4])})" if len(found) > 1 else ""
+    more = (
+        f" (and {len(found) - 1} more: {', '.join('.'.join(p) for p, _ in found[1:4])})"
+        if len(found) > 1
+        else ""
+    )
     raise LaunchError(
         f"{where + ': ' if where else ''}{'.'.join(path)} holds a literal secret-looking value{more}; "
         f"refusing to write it into the job bundle: read it from the environment ({hint})"
@@ -399,7 +403,11 @@ def refresh(store: JobStore, record: JobRecord, backend: Any = None) -> JobRecor
             record.status = FAILED
             record.native_state = "submission interrupted (the launching process is gone)"
     else:
-        be = backend or _BACKENDS.get(record.id) or _backend(record.backend, record.extra.get("executor", "slurm"))
+        be = (
+            backend
+            or _BACKENDS.get(record.id)
+            or _backend(record.backend, record.extra.get("executor", "slurm"))
+        )
         be.refresh(record)
     if (record.status, record.native_state, record.exit_code) != before:
         record.updated_at = now_utc()
@@ -434,7 +442,9 @@ def cancel(store: JobStore, record: JobRecord, backend: Any = None) -> JobRecord
     """Stop the job and mark it CANCELLED; a job already finished is left as it is (idempotent)."""
     if record.terminal:
         return record
-    be = backend or _BACKENDS.get(record.id) or _backend(record.backend, record.extra.get("executor", "slurm"))
+    be = (
+        backend or _BACKENDS.get(record.id) or _backend(record.backend, record.extra.get("executor", "slurm"))
+    )
     be.cancel(record)
     record.updated_at = now_utc()
     store.save(record)

@@ -30,6 +30,8 @@ _SBATCH_TIME = re.compile(r"\d+(-\d+)?(:\d+){0,2}\Z")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@#+-]*\Z")
 # One `src:dst[:flags]` mount for pyxis; commas separate mounts, so none inside one.
 _MOUNT = re.compile(r"[A-Za-z0-9._/@+=-]+(:[A-Za-z0-9._/@+=-]+){0,2}\Z")
+
+
 @dataclass(frozen=True)
 class EnvVar:
     """One variable exported by the job: a literal `value`, or `ref`, the name of a variable of the

@@ -58,6 +58,13 @@ def require(problem: str | None, what: str) -> None:
     pytest.skip(f"{what} not available: {problem}")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs the real Slurm carries the `slurm` mark (`-m "not slurm"` leaves them out)."""
+    for item in items:
+        if "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
+
+
 @pytest.fixture(scope="session")
 def slurm() -> None:
     """The real single-node Slurm started by .ci/slurm-up.sh."""

@@ -108,8 +108,15 @@ def test_launch_bundle_dir_holding_the_config_is_refused(tmp_path: Path) -> None
     config = user_config(tmp_path / "exp")
     before = config.read_bytes()
     out = packcfg(
-        "launch", str(config), "--backend", "local", "--dry-run", "--bundle-dir", str(tmp_path / "exp"),
-        "--state-dir", str(tmp_path / "state"),
+        "launch",
+        str(config),
+        "--backend",
+        "local",
+        "--dry-run",
+        "--bundle-dir",
+        str(tmp_path / "exp"),
+        "--state-dir",
+        str(tmp_path / "state"),
     )
     assert out.returncode == 2 and "did not write" in out.stderr
     assert config.read_bytes() == before
@@ -124,8 +131,8 @@ echo "$*" >> "$FAKE_SLURM_LOG"
 sleep 0.3
 echo "$$"
 """,
-    "squeue": '#!/bin/bash\necho PENDING\n',
-    "scontrol": '#!/bin/bash\nexit 1\n',
+    "squeue": "#!/bin/bash\necho PENDING\n",
+    "scontrol": "#!/bin/bash\nexit 1\n",
     "scancel": '#!/bin/bash\necho "scancel $*" >> "$FAKE_SLURM_LOG"\n',
 }
 
@@ -151,9 +158,21 @@ def test_five_concurrent_launches_submit_once(tmp_path: Path) -> None:
     """Old: all five submitted (10 sbatch calls) and only one job record survived."""
     env = {**os.environ, **fake_slurm(tmp_path)}
     state = tmp_path / "state"
-    cmd = [sys.executable, "-m", "packcfg", "launch", str(TINY), "--backend", "slurm", "--state-dir", str(state)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "packcfg",
+        "launch",
+        str(TINY),
+        "--backend",
+        "slurm",
+        "--state-dir",
+        str(state),
+    ]
     procs = [
-        subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(5)
     ]
     results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
@@ -240,8 +259,12 @@ CORRUPT = {
     "truncated": '{"id": "truncated", "backend": "lo',
     "empty": "",
     "notobject": "[1, 2, 3]",
-    "badtypes": json.dumps({"id": "badtypes", "backend": "local", "config_hash": "x", "bundle_dir": "/", "log_paths": "x"}),
-    "badstatus": json.dumps({"id": "badstatus", "backend": "local", "config_hash": "x", "bundle_dir": "/", "status": 5}),
+    "badtypes": json.dumps(
+        {"id": "badtypes", "backend": "local", "config_hash": "x", "bundle_dir": "/", "log_paths": "x"}
+    ),
+    "badstatus": json.dumps(
+        {"id": "badstatus", "backend": "local", "config_hash": "x", "bundle_dir": "/", "status": 5}
+    ),
     "binary": "\udcff",
 }
 
@@ -265,7 +288,10 @@ def test_status_lists_the_good_records_and_warns_about_each_corrupt_one(tmp_path
     warnings = out.stderr.splitlines()
     assert len(warnings) == len(CORRUPT) and "Traceback" not in out.stderr
     for name in CORRUPT:
-        assert any(w.startswith("packcfg: warning: ") and f"{name}.json: unreadable job record" in w for w in warnings)
+        assert any(
+            w.startswith("packcfg: warning: ") and f"{name}.json: unreadable job record" in w
+            for w in warnings
+        )
     out = packcfg("status", "--json", "--state-dir", str(store.root))
     assert out.returncode == 0 and [r["id"] for r in json.loads(out.stdout)] == ["finished-job"]
 
@@ -367,7 +393,10 @@ def test_launch_env_literal_secret_refused_and_file_names_allowed(tmp_path: Path
         service.gate_and_render([TINY], [f"launch.env={{MY_SERVICE_TOKEN: {SECRET}}}"])
     # Old: MY_TOKEN_FILE (a path) was refused as a secret.
     bundle, _ = service.gate_and_render(
-        [TINY], ["launch.env={MY_TOKEN_FILE: /run/secrets/token, HF_TOKEN: $HF_TOKEN, WANDB_API_KEY: '${oc.env:WB}'}"]
+        [TINY],
+        [
+            "launch.env={MY_TOKEN_FILE: /run/secrets/token, HF_TOKEN: $HF_TOKEN, WANDB_API_KEY: '${oc.env:WB}'}"
+        ],
     )
     assert bundle.manifest["env"] == {
         "names": ["MY_TOKEN_FILE", "HF_TOKEN", "WANDB_API_KEY"],
@@ -409,7 +438,9 @@ def test_backend_flag_is_not_an_override_line(tmp_path: Path) -> None:
     """Old: `<-o launch.backend=slurm>:1:1: PL601 world size 1`, an error plain lint never showed."""
     config = no_launch_section(tmp_path, tensor_model_parallel_size=2)
     assert not [d for d in lint_config([config]) if d.severity.value == "error"]  # plain lint: clean
-    out = packcfg("launch", str(config), "--backend", "slurm", "--dry-run", "--state-dir", str(tmp_path / "s"))
+    out = packcfg(
+        "launch", str(config), "--backend", "slurm", "--dry-run", "--state-dir", str(tmp_path / "s")
+    )
     assert "<-o launch.backend" not in out.stdout + out.stderr and "PL601" not in out.stdout
     assert out.returncode == 2
     line = config.read_text().splitlines().index("  tensor_model_parallel_size: 2") + 1
@@ -476,9 +507,25 @@ def test_signal_to_local_launch_stops_every_process(tmp_path: Path, sig: signal.
     state = tmp_path / "state"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_PIDS": str(pids)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "packcfg", "launch", str(TINY), "--backend", "local", "--wait",
-         "--state-dir", str(state), "-o", f"dataset.offline_packing_specs.packed_train_data_path={packed}"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "packcfg",
+            "launch",
+            str(TINY),
+            "--backend",
+            "local",
+            "--wait",
+            "--state-dir",
+            str(state),
+            "-o",
+            f"dataset.offline_packing_specs.packed_train_data_path={packed}",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < 3):
@@ -490,7 +537,7 @@ def test_signal_to_local_launch_stops_every_process(tmp_path: Path, sig: signal.
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err
-    assert f"stopped job" in err and "Traceback" not in err
+    assert "stopped job" in err and "Traceback" not in err
     survivors = [p for p in started if running(p)]
     for p in survivors:  # clean up before failing
         os.kill(p, signal.SIGKILL)

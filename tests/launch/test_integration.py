@@ -157,7 +157,10 @@ def test_rendered_bundle_runs_by_hand_where_packcfg_is_not_installed(tmp_path: P
     env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
     probe = subprocess.run(
         ["python3", "-c", "import torch, megatron.core, pyarrow; import packcfg"],
-        env=env, cwd=tmp_path, capture_output=True, text=True,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert probe.returncode != 0 and "No module named 'packcfg'" in probe.stderr  # truly not installed
     bundle = tmp_path / "bundle"
@@ -167,7 +170,11 @@ def test_rendered_bundle_runs_by_hand_where_packcfg_is_not_installed(tmp_path: P
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     job = subprocess.run(
-        ["sbatch", "--parsable", str(bundle / "sbatch.sh")], cwd=elsewhere, env=env, capture_output=True, text=True
+        ["sbatch", "--parsable", str(bundle / "sbatch.sh")],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip().split(";")[0]

@@ -74,7 +74,9 @@ def test_four_node_sbatch_line_by_line(four_node: Path) -> None:
         "#SBATCH --output=logs/train-%j.out",
     ]
     body = [line for line in lines[14:] if not line.lstrip().startswith("#")]
-    mounts = '--container-mounts=/lustre/data:/data:ro,/lustre/ckpt/llama3_8b:/lustre/ckpt/llama3_8b,"$PWD:$PWD"'
+    mounts = (
+        '--container-mounts=/lustre/data:/data:ro,/lustre/ckpt/llama3_8b:/lustre/ckpt/llama3_8b,"$PWD:$PWD"'
+    )
     assert body == [
         "set -euo pipefail",
         f"cd -- {four_node}",

@@ -79,7 +79,9 @@ class JobStoreMachine(RuleBasedStateMachine):
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _active(self, digest: str) -> list:
-        return [r for r in self.store.all() if r.config_hash == digest and r.status not in (FAILED, CANCELLED)]
+        return [
+            r for r in self.store.all() if r.config_hash == digest and r.status not in (FAILED, CANCELLED)
+        ]
 
     @rule(i=st.integers(0, CONFIGS - 1), force=st.booleans(), fail=st.booleans())
     def launch(self, i: int, force: bool, fail: bool) -> None:
@@ -89,7 +91,9 @@ class JobStoreMachine(RuleBasedStateMachine):
         duplicate = bool(self._active(b.config_hash)) and not force
         self.be.fail_next = fail
         try:
-            record = service.submit(self.store, b, self.be, when=f"2026-01-01T00:00:{self.submissions:02d}Z", force=force)
+            record = service.submit(
+                self.store, b, self.be, when=f"2026-01-01T00:00:{self.submissions:02d}Z", force=force
+            )
         except service.DuplicateJob:
             assert duplicate
             self.be.fail_next = False

@@ -38,7 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="NeMo-Run executor for --backend nemo-run (default: slurm)",
     )
     add_out_argument(
-        parser, "--bundle-dir", dest="bundle_dir", help="where to write the bundle (default: in the state dir)"
+        parser,
+        "--bundle-dir",
+        dest="bundle_dir",
+        help="where to write the bundle (default: in the state dir)",
     )
     parser.add_argument(
         "--wait", action="store_true", help="wait for the job to finish; exit 1 unless COMPLETED"
@@ -119,6 +122,9 @@ def _launch(args: argparse.Namespace, service) -> int:  # type: ignore[no-untype
         # and every rank), and launch waits until none of it is left.
         with service.signals_ignored():
             service.cancel(store, record)
-        print(f"packcfg: {sig}: stopped job {record.id} (torchrun and its ranks); {record.status}", file=sys.stderr)
+        print(
+            f"packcfg: {sig}: stopped job {record.id} (torchrun and its ranks); {record.status}",
+            file=sys.stderr,
+        )
         return 128 + sig.signum
     return EXIT_OK if record.status == COMPLETED else EXIT_REFUSED
