@@ -267,6 +267,7 @@ def launch(
     bundle_dir: Path | None = None,
     profile: str | None = None,
     on_started: Callable[[JobRecord, Any], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> LaunchResult:
     """`packcfg launch`: gate, render, refuse a duplicate, write the bundle, submit, record."""
     when = source_date() or now_utc()
@@ -281,7 +282,15 @@ def launch(
             bundle.write(bundle_dir, inputs=list(files))
         return LaunchResult(None, bundle, gate, be.plan(target, bundle))
     record = submit(
-        store, bundle, be, when=when, force=force, bundle_dir=bundle_dir, inputs=files, on_started=on_started
+        store,
+        bundle,
+        be,
+        when=when,
+        force=force,
+        bundle_dir=bundle_dir,
+        inputs=files,
+        on_started=on_started,
+        warn=warn,
     )
     return LaunchResult(record, bundle, gate, be.plan(Path(record.bundle_dir), bundle))
 
@@ -296,6 +305,7 @@ def submit(
     bundle_dir: Path | None = None,
     inputs: Sequence[str | Path] = (),
     on_started: Callable[[JobRecord, Any], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> JobRecord:
     """Refuse a duplicate, record, write the bundle and submit it through backend `be`.
 
@@ -304,6 +314,9 @@ def submit(
     same config sees it. The lock is released before the bundle is written and the job submitted:
     launches of different configs do not wait on each other's submissions."""
     when = when or now_utc()
+    if warn is not None:
+        for problem in store.scan()[1]:  # its config hash is unknown: it cannot count as a duplicate
+            warn(problem.message)
     for earlier in store.with_hash(bundle.config_hash):  # best effort, outside the lock (may be slow)
         if not earlier.terminal:
             try:

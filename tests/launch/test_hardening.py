@@ -318,8 +318,11 @@ def test_failed_or_cancelled_earlier_submissions_do_not_block_a_retry(tmp_path: 
     store = JobStore(state)
     store.save(good("earlier-failed", bundle.config_hash, status="FAILED"))
     store.save(good("earlier-cancelled", bundle.config_hash, status="CANCELLED"))
+    (store.jobs_dir / "broken.json").write_text("{")
     out = packcfg("launch", str(TINY), "--backend", "slurm", "--state-dir", str(state), env=env)
     assert out.returncode == 0, out.stderr
+    # A corrupt record cannot be checked for being a duplicate: launch says so, naming the file.
+    assert f"packcfg: warning: {store.jobs_dir / 'broken.json'}: unreadable job record" in out.stderr
     # A queued one does block (and a completed one would).
     out = packcfg("launch", str(TINY), "--backend", "slurm", "--state-dir", str(state), env=env)
     assert out.returncode == 1 and "already submitted as" in out.stderr and "(PENDING)" in out.stderr

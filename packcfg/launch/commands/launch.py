@@ -14,6 +14,7 @@ from packcfg.launch.commands._shared import (
     add_state_argument,
     config_files,
     guarded,
+    warn,
 )
 
 DESCRIPTION = (
@@ -80,6 +81,7 @@ def _launch(args: argparse.Namespace, service) -> int:  # type: ignore[no-untype
         state_dir=args.state_dir,
         bundle_dir=Path(args.bundle_dir) if args.bundle_dir else None,
         profile=args.profile,
+        warn=warn,
     )
     for code in result.gate.unused_allows:
         print(f"packcfg: --allow {code}: no such lint error in this config (not recorded)", file=sys.stderr)
