@@ -12,9 +12,11 @@ import os
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from packcfg.core.base_recipes import base_source
 from packcfg.core.diagnostics import ConfigPath, Position
 from packcfg.core.interpolate import Unknown, has_interpolation, is_unknown
 from packcfg.core.overrides import DELETE, ADD, Override, OverrideError
@@ -279,7 +281,7 @@ def merge_documents(
     base = recipe if recipe is not None else _base_name(merged)
     base_doc = None
     if base is not None:
-        merged, tree, base_doc = _under_base(base, merged, tree, flatten)
+        merged, tree, base_doc = _under_base(base, merged, tree, flatten, lint=mode == "lint")
     files = [doc.file for doc in documents] or [override_source(overrides[0]) if overrides else "<string>"]
     problems: list[tuple[str, LoadProblem]] = []
     if has_interpolation(merged):
@@ -290,11 +292,19 @@ def merge_documents(
 
 def _as_read(doc: YamlDocument, flatten: bool) -> tuple[dict[str, Any], PositionTree]:
     data, positions = doc.data or {}, doc.positions
-    if flatten and ("_name_" in doc.text or "transformer" in doc.text):
+    model = data.get("model")
+    enums = "_name_" in doc.text
+    if flatten and (enums or (isinstance(model, dict) and isinstance(model.get("transformer"), dict))):
         from packcfg.core.normalize import read_dump
 
-        data, positions = read_dump(data, positions)
+        data, positions = read_dump(data, positions, enums=enums)
     return data, positions
+
+
+@lru_cache(maxsize=8)
+def _base_document(path: Path, mtime_ns: int, name: str) -> YamlDocument:
+    """A base recipe's snapshot, parsed once per process (its data is never mutated: merges copy)."""
+    return load_file(path, base_source(name))
 
 
 def _base_name(merged: dict[str, Any]) -> str | None:
@@ -307,17 +317,17 @@ def _base_name(merged: dict[str, Any]) -> str | None:
 
 
 def _under_base(
-    name: str, merged: dict[str, Any], tree: PositionTree, flatten: bool
+    name: str, merged: dict[str, Any], tree: PositionTree, flatten: bool, lint: bool = False
 ) -> tuple[dict[str, Any], PositionTree, YamlDocument]:
     """The base recipe's values with the merged files over them."""
-    from packcfg.core.base_recipes import UnknownRecipe, base_source, recipe_path
+    from packcfg.core.base_recipes import UnknownRecipe, recipe_path
 
     try:
         path = recipe_path(name)
     except UnknownRecipe as exc:
         raise ConfigError(str(exc)) from None
     try:
-        doc = load_file(path, base_source(name))
+        doc = _base_document(path, path.stat().st_mtime_ns, name)
     except OSError as exc:
         raise ConfigError(f"base recipe {name}: cannot read {path} ({exc.strerror or exc})") from None
     if doc.data is None:
@@ -327,10 +337,39 @@ def _under_base(
     data, positions = _as_read(doc, flatten)
     data = {k: v for k, v in data.items() if k != "_target_"}  # ConfigContainer's own class
     base_tree = {k: v for k, v in positions.items() if k != "_target_"}
+    if lint:  # lint never mutates the data: the cached snapshot may be shared
+        data, base_tree = _known_only(data, base_tree)
+    else:  # the flows that run a config may change it: their own copy
+        data = _clone(data)
     out = deep_merge(data, merged, positions=base_tree, update_positions=tree)
     if get_path(out, BASE_KEY) is None:  # `--recipe NAME`: the merged config records its base
         set_path(out, BASE_KEY, name, positions=base_tree, position=Position(base_source(name), 1, 1))
     return out, base_tree, doc
+
+
+def _known_only(data: dict[str, Any], tree: PositionTree) -> tuple[dict[str, Any], PositionTree]:
+    """For lint, the base recipe without the section fields today's field table does not know (fields of the
+    Bridge release the snapshot was taken from that Bridge has since removed): no rule reads them, and they
+    would only be SC003 candidates the engine drops anyway (values from the base never draw SC003)."""
+    from packcfg.core.schema import known_fields
+
+    known = known_fields("current")
+    out: dict[str, Any] = {}
+    out_tree: PositionTree = {}
+    for section, value in data.items():
+        fields = known.get(section)
+        pos = tree.get(section)
+        if fields is None or not isinstance(value, dict):
+            out[section] = value
+            if pos is not None:
+                out_tree[section] = pos
+            continue
+        keep = {k: v for k, v in value.items() if k in fields or k.startswith("_")}
+        out[section] = keep
+        if pos is not None:
+            children = {k: v for k, v in pos.children.items() if k in keep}
+            out_tree[section] = PosNode(pos.file, pos.line, pos.column, children)
+    return out, out_tree
 
 
 def _apply_override(

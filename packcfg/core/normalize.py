@@ -124,7 +124,9 @@ def _enums(value: Any, pos: Any) -> tuple[Any, bool]:
     return value, False
 
 
-def read_dump(data: dict[str, Any], positions: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_dump(
+    data: dict[str, Any], positions: dict[str, Any], *, enums: bool = True
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One loaded file as Bridge reads it: enum dumps -> NAME, `model.transformer.X` -> `model.X`
     (`model._builder_` dropped: nothing packcfg checks reads it). Returns new data and positions when
     something changed, else the inputs themselves (never mutated)."""
@@ -133,7 +135,7 @@ def read_dump(data: dict[str, Any], positions: dict[str, Any]) -> tuple[dict[str
     out = data
     pos_out = positions
     # enums: only the sections that hold one are copied
-    for key, value in data.items():
+    for key, value in data.items() if enums else ():
         if not isinstance(value, dict | list):
             continue
         pos = positions.get(key)
