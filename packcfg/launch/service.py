@@ -435,12 +435,17 @@ def wait(
     timeout: float | None = None,
     interval: float = 2.0,
     on_change: Callable[[JobRecord], None] | None = None,
+    progress: TextIO | None = None,
 ) -> JobRecord:
-    """Poll until the job reaches COMPLETED, FAILED or CANCELLED (or `timeout` seconds pass)."""
+    """Poll until the job reaches COMPLETED, FAILED or CANCELLED (or `timeout` seconds pass); with
+    `progress`, the job's log lines (training steps) are copied there as they are written."""
     deadline = None if timeout is None else time.monotonic() + timeout
     last = None
+    offsets: dict[Path, int] = {}
     while True:
         refresh(store, record)
+        if progress is not None:
+            _copy_new_log_lines(record, offsets, progress)
         if on_change and record.status != last:
             on_change(record)
             last = record.status
@@ -449,6 +454,29 @@ def wait(
         if deadline is not None and time.monotonic() > deadline:
             raise LaunchError(f"job {record.id} still {record.status} after {timeout:.0f} s")
         time.sleep(interval)
+
+
+def _copy_new_log_lines(record: JobRecord, offsets: dict[Path, int], out: TextIO) -> None:
+    """Write what the job's logs gained since the last call (whole lines only)."""
+    try:
+        paths = log_paths(record)
+    except LaunchError:
+        return
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offsets.get(path, 0))
+                chunk = fh.read()
+        except OSError:
+            continue
+        if not chunk:
+            continue
+        if not record.terminal:
+            chunk = chunk[: chunk.rfind(b"\n") + 1]  # a partial last line waits for its end
+        offsets[path] = offsets.get(path, 0) + len(chunk)
+        if chunk:
+            out.write(chunk.decode("utf-8", errors="replace"))
+            out.flush()
 
 
 def cancel(store: JobStore, record: JobRecord, backend: Any = None) -> JobRecord:

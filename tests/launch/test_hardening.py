@@ -547,3 +547,31 @@ def test_signal_to_local_launch_stops_every_process(tmp_path: Path, sig: signal.
     assert survivors == []
     (rec,) = JobStore(state).all()
     assert rec.status == "CANCELLED"
+
+
+def test_launch_wait_shows_training_progress(tmp_path: Path) -> None:
+    """Issue 16, old: `launch --wait` printed only state changes, never a training step."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(
+        '#!/bin/bash\nfor i in 1 2; do echo "step     $i/2 | loss 7.0$i"; sleep 0.2; done\n'
+    )
+    (bin_dir / "torchrun").chmod(0o755)
+    packed = tmp_path / "packed.parquet"
+    packed.write_bytes(b"")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    out = packcfg(
+        "launch",
+        str(TINY),
+        "--backend",
+        "local",
+        "--wait",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "-o",
+        f"dataset.offline_packing_specs.packed_train_data_path={packed}",
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "step     1/2 | loss 7.01" in out.stdout and "step     2/2 | loss 7.02" in out.stdout
+    assert out.stdout.count("step     2/2") == 1

@@ -111,6 +111,7 @@ def _launch(args: argparse.Namespace, service) -> int:  # type: ignore[no-untype
             record,
             timeout=args.timeout,
             on_change=lambda r: print(f"{r.id}: {r.status} ({r.native_state})", flush=True),
+            progress=sys.stdout,  # the job's log (training steps) as it grows
         )
     except service.Interrupted as sig:
         if record.backend != "local":
