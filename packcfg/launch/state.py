@@ -114,7 +114,16 @@ class CorruptRecord:
 
     @property
     def message(self) -> str:
-        return f"{self.path}: unreadable job record ({self.reason}); skipped"
+        return f"{printable(self.path)}: unreadable job record ({self.reason}); skipped"
+
+
+def printable(value: object) -> str:
+    """`value` as one line of plain text: control characters (a newline in a file name, an escape
+    sequence) are shown escaped, never passed to the terminal."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class JobStore:
@@ -210,9 +219,9 @@ class JobStore:
                 raise ValueError("empty file")
             record = JobRecord.from_dict(json.loads(text))
         except (OSError, ValueError, TypeError, RecursionError) as exc:
-            raise LaunchError(f"{path}: unreadable job record ({_reason(exc)})") from None
+            raise LaunchError(f"{printable(path)}: unreadable job record ({_reason(exc)})") from None
         if record.id != path.stem:
-            raise LaunchError(f"{path}: unreadable job record (its id is {record.id!r})")
+            raise LaunchError(f"{printable(path)}: unreadable job record (its id is {record.id!r})")
         return record
 
     def scan(self) -> tuple[list[JobRecord], list[CorruptRecord]]:
@@ -254,4 +263,4 @@ def _reason(exc: BaseException) -> str:
         return "not UTF-8 text"
     if isinstance(exc, RecursionError):
         return "nested too deeply"
-    return " ".join(str(exc).split())[:200]
+    return printable(" ".join(str(exc).split())[:200])

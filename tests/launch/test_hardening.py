@@ -575,3 +575,12 @@ def test_launch_wait_shows_training_progress(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "step     1/2 | loss 7.01" in out.stdout and "step     2/2 | loss 7.02" in out.stdout
     assert out.stdout.count("step     2/2") == 1
+
+
+def test_corrupt_record_names_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    store = corrupt_store(tmp_path)
+    (store.jobs_dir / "evil\n::warning file=x::pwned\x1b[31m.json").write_text("{")
+    out = packcfg("status", "--state-dir", str(store.root))
+    assert out.returncode == 0
+    assert "\x1b" not in out.stderr and "\n::warning" not in out.stderr
+    assert "evil\\n::warning file=x::pwned\\x1b[31m.json: unreadable job record" in out.stderr

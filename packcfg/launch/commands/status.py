@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     def body() -> int:
         from packcfg.launch import LaunchError, service
-        from packcfg.launch.state import JobStore
+        from packcfg.launch.state import JobStore, printable
 
         store = JobStore(args.state_dir)
         # A corrupt record: one warning line naming its file, the others still listed (exit 0); the
@@ -54,18 +54,24 @@ def run(args: argparse.Namespace) -> int:
                 "created_at",
                 "updated_at",
             ):
-                print(f"{key:15} {getattr(record, key)}")
+                print(f"{key:15} {printable(getattr(record, key))}")
             for path in record.log_paths:
-                print(f"{'log':15} {path}")
+                print(f"{'log':15} {printable(path)}")
             for allowed in record.allowed:
-                print(f"{'allowed':15} {allowed['code']} by {allowed['by']} at {allowed['at']}")
+                print(
+                    f"{'allowed':15} {printable(allowed.get('code'))} by {printable(allowed.get('by'))} "
+                    f"at {printable(allowed.get('at'))}"
+                )
             return EXIT_OK
         if not records:
             print(f"no jobs in {store.jobs_dir}")
             return EXIT_OK
         print(f"{'JOB':48} {'BACKEND':9} {'NATIVE':10} {'STATUS':10} CREATED")
         for r in records:
-            print(f"{r.id:48} {r.backend:9} {str(r.native_id or '-'):10} {r.status:10} {r.created_at or '-'}")
+            print(
+                f"{r.id:48} {printable(r.backend):9} {printable(r.native_id or '-'):10} {r.status:10} "
+                f"{printable(r.created_at or '-')}"
+            )
         return EXIT_OK
 
     return guarded(body)
