@@ -57,12 +57,21 @@ BRIDGE_VERSION = "0.3.1"
 CORE_VERSION = "0.16.1"
 
 # What torch.cuda.get_device_properties(0) reports (the fields Bridge 0.3.1 reads: name, major, minor).
-GPU = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, total_memory=80 * 2**30,
-                            multi_processor_count=132)
+GPU = types.SimpleNamespace(
+    name="NVIDIA H100 80GB HBM3", major=9, minor=0, total_memory=80 * 2**30, multi_processor_count=132
+)
 # megatron-core's TE-backed MoE kernels that TransformerConfig imports when moe_permute_fusion is on.
-MOE_FUSED = ("fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
-             "fused_permute_with_probs", "fused_sort_chunks_by_index", "fused_sort_chunks_by_index_with_probs",
-             "fused_topk_with_score_function", "fused_unpermute", "te_general_gemm")
+MOE_FUSED = (
+    "fused_compute_score_for_moe_aux_loss",
+    "fused_moe_aux_loss",
+    "fused_permute",
+    "fused_permute_with_probs",
+    "fused_sort_chunks_by_index",
+    "fused_sort_chunks_by_index_with_probs",
+    "fused_topk_with_score_function",
+    "fused_unpermute",
+    "te_general_gemm",
+)
 
 # Imported before the stand-in, so their module-level "is TE installed" flags stay False.
 NO_TE_MODULES = (
@@ -71,7 +80,10 @@ NO_TE_MODULES = (
     "megatron.core.transformer.moe.experts",
     "megatron.core.tensor_parallel.layers",
 )
-TE_EXTENSIONS = ("megatron.core.extensions.transformer_engine", "megatron.core.extensions.transformer_engine_spec_provider")
+TE_EXTENSIONS = (
+    "megatron.core.extensions.transformer_engine",
+    "megatron.core.extensions.transformer_engine_spec_provider",
+)
 
 _HERE = Path(__file__).resolve().parent
 _INSTALLED = False
@@ -81,7 +93,9 @@ class _StandInOnly:
     """A placeholder TE class: exists for `isinstance`/`==` checks, cannot be built."""
 
     def __init__(self, *args, **kwargs):
-        raise RuntimeError("transformer_engine stand-in (scripts/bridge_data/cpu_env.py): not a real TE class")
+        raise RuntimeError(
+            "transformer_engine stand-in (scripts/bridge_data/cpu_env.py): not a real TE class"
+        )
 
 
 def _placeholder_class(name: str) -> type:
@@ -90,7 +104,9 @@ def _placeholder_class(name: str) -> type:
 
 def _placeholder_function(name: str):
     def fn(*args, **kwargs):
-        raise RuntimeError(f"{name} is a CPU stand-in (scripts/bridge_data/cpu_env.py); it must not be called")
+        raise RuntimeError(
+            f"{name} is a CPU stand-in (scripts/bridge_data/cpu_env.py); it must not be called"
+        )
 
     fn.__name__ = name
     return fn
@@ -115,7 +131,15 @@ def _make_te_standin() -> dict[str, types.ModuleType]:
         setattr(pt, name, _placeholder_class(name))
     ops = _StrictModule("transformer_engine.pytorch.ops")
     ops.__file__ = __file__
-    for name in ("Sequential", "Linear", "LayerNorm", "RMSNorm", "Identity", "AddExtraInput", "MakeExtraOutput"):
+    for name in (
+        "Sequential",
+        "Linear",
+        "LayerNorm",
+        "RMSNorm",
+        "Identity",
+        "AddExtraInput",
+        "MakeExtraOutput",
+    ):
         setattr(ops, name, _placeholder_class(name))
     pt.ops = ops
 
@@ -134,13 +158,15 @@ def install_standins() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
-    if "transformer_engine" in sys.modules and not isinstance(sys.modules["transformer_engine"], _StrictModule):
+    if "transformer_engine" in sys.modules and not isinstance(
+        sys.modules["transformer_engine"], _StrictModule
+    ):
         raise RuntimeError("a real transformer_engine is imported; the CPU stand-ins must not replace it")
     warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex|absl).*")
     import megatron.core  # noqa: F401  (sees no TE: module-level flags stay as on this machine)
     import megatron.core.utils as mcore_utils
-    from megatron.core.models.common.embeddings import rope_utils
     import torch
+    from megatron.core.models.common.embeddings import rope_utils
     from megatron.core.transformer import transformer_config  # noqa: F401
     from megatron.core.transformer.moe import moe_utils
 
@@ -167,7 +193,9 @@ def install_standins() -> None:
             setattr(moe_utils, name, _placeholder_function(name))
     # GPU-node capabilities (3).
     torch.cuda.get_device_properties = _device_properties
-    sys.modules.setdefault("fused_weight_gradient_mlp_cuda", types.ModuleType("fused_weight_gradient_mlp_cuda"))
+    sys.modules.setdefault(
+        "fused_weight_gradient_mlp_cuda", types.ModuleType("fused_weight_gradient_mlp_cuda")
+    )
     _INSTALLED = True
 
 

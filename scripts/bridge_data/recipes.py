@@ -126,8 +126,6 @@ def discover() -> list[tuple[str, str, str]]:
     """
     import importlib
 
-    import megatron.bridge.recipes as recipes
-
     out = []
     for mod_name, family in FAMILIES.items():
         mod = importlib.import_module(f"megatron.bridge.recipes.{mod_name}")
@@ -211,8 +209,11 @@ def generate(out: Path, only: list[str] | None = None) -> dict:
             "validates": problem is None,
             "validate_error": problem,
         }
-        print(f"{name}: {len(body)} bytes, world {world}, validate {'ok' if problem is None else problem}"
-              f" ({time.time() - t0:.1f}s)", file=sys.stderr)
+        print(
+            f"{name}: {len(body)} bytes, world {world}, validate {'ok' if problem is None else problem}"
+            f" ({time.time() - t0:.1f}s)",
+            file=sys.stderr,
+        )
     index = {
         "generator": "scripts/gen_bridge_recipes.py",
         "megatron_bridge": version("megatron-bridge"),
@@ -230,7 +231,9 @@ def generate(out: Path, only: list[str] | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--only", nargs="*", help="regenerate only these recipe names (keeps the rest of the index)")
+    ap.add_argument(
+        "--only", nargs="*", help="regenerate only these recipe names (keeps the rest of the index)"
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
     import cpu_env

@@ -70,7 +70,9 @@ class Verdict:
     world: int
     rejected: bool
     message: str = ""
-    ignored_keys: list[str] = field(default_factory=list)  # case keys Bridge 0.3.1 skipped (not a field there)
+    ignored_keys: list[str] = field(
+        default_factory=list
+    )  # case keys Bridge 0.3.1 skipped (not a field there)
 
 
 def recipe_for(case: dict[str, Any]) -> tuple[str | None, str]:
@@ -84,7 +86,9 @@ def recipe_for(case: dict[str, Any]) -> tuple[str | None, str]:
         ids = " ".join(
             str(x)
             for x in (
-                (case.get("tokenizer") or {}).get("tokenizer_model") if isinstance(case.get("tokenizer"), dict) else None,
+                (case.get("tokenizer") or {}).get("tokenizer_model")
+                if isinstance(case.get("tokenizer"), dict)
+                else None,
                 model.get("hf_model_id") if isinstance(model, dict) else None,
             )
             if x
@@ -216,9 +220,13 @@ class Bridge:
                 self._update(cfg)
             finally:
                 os.environ["WORLD_SIZE"] = old if old is not None else "1"
-        except Exception as e:  # Bridge rejects with ValueError, AssertionError, TypeError, OmegaConf errors...
+        except (
+            Exception
+        ) as e:  # Bridge rejects with ValueError, AssertionError, TypeError, OmegaConf errors...
             text = str(e).strip().splitlines()
-            return Verdict(recipe, world, True, f"{type(e).__name__}: {text[0] if text else ''}", handler.keys)
+            return Verdict(
+                recipe, world, True, f"{type(e).__name__}: {text[0] if text else ''}", handler.keys
+            )
         finally:
             log.removeHandler(handler)
         return Verdict(recipe, world, False, "", handler.keys)

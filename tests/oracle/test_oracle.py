@@ -186,7 +186,9 @@ def test_snapshot_lints_as_bridge_validates(name, request):
     else:
         expected = bridge_codes(entry["validate_error"])
         assert expected, f"unmapped Bridge rejection of {name}: {entry['validate_error']}"
-        assert errors == expected, f"{name}: Bridge rejects ({entry['validate_error']}); packcfg: {text or 'no error'}"
+        assert errors == expected, (
+            f"{name}: Bridge rejects ({entry['validate_error']}); packcfg: {text or 'no error'}"
+        )
 
 
 def test_every_shipped_recipe_and_most_cases_are_modelled(bridge):
@@ -199,3 +201,26 @@ def test_every_shipped_recipe_and_most_cases_are_modelled(bridge):
     assert len(modelled) >= 0.75 * len(CASES + SHIPPED), modelled
     if os.environ.get("CI") == "true":
         assert SNAPSHOT_NAMES, "packcfg/data/bridge_recipes/index.json lists no recipes"
+
+
+def test_oracle_fails_when_packcfg_misses_or_adds_an_error(bridge, tmp_path, monkeypatch):
+    """Controls: the comparison itself discriminates, in both directions."""
+    real = packcfg_findings
+    case = REPO / "tests" / "cases" / "PK110_offline_mbs4.yaml"
+
+    # packcfg without PK110: Bridge still rejects MBS 4 with offline packing -> the oracle must fail.
+    monkeypatch.setitem(globals(), "packcfg_findings", lambda *a: ({}, ""))
+    with pytest.raises(AssertionError, match="packcfg bug: Bridge rejects"):
+        _check(case, bridge, tmp_path)
+
+    # packcfg with an error no Bridge check and no listed reason explains -> the oracle must fail.
+    shipped = REPO / "recipes" / "llama3_8b_packed_sft.yaml"
+
+    def with_extra(*args):
+        codes, text = real(*args)
+        return {**codes, "ZZ999": "error"}, text + "; ZZ999 invented"
+
+    monkeypatch.setitem(globals(), "packcfg_findings", with_extra)
+    (tmp_path / "b").mkdir()
+    with pytest.raises(AssertionError, match="no reason is listed"):
+        _check(shipped, bridge, tmp_path / "b")

@@ -55,7 +55,10 @@ def test_recipe_with_offline_packing_rejects_mbs2_and_accepts_mbs1(bridge, tmp_p
     bad = tmp_path / "mbs2.yaml"
     bad.write_text("train:\n  micro_batch_size: 2\n")
     verdict = bridge.verdict("llama32_1b_sft_config", bad, {})
-    assert verdict.rejected and "Micro batch size should be 1 when training with packed sequence" in verdict.message
+    assert (
+        verdict.rejected
+        and "Micro batch size should be 1 when training with packed sequence" in verdict.message
+    )
     good = tmp_path / "mbs1.yaml"
     good.write_text("train:\n  micro_batch_size: 1\n")
     assert not bridge.verdict("llama32_1b_sft_config", good, {}).rejected
@@ -64,7 +67,10 @@ def test_recipe_with_offline_packing_rejects_mbs2_and_accepts_mbs1(bridge, tmp_p
 def test_parallel_layout_is_checked_at_the_launch_world_size(bridge, tmp_path):
     over = tmp_path / "tp2.yaml"
     over.write_text("model:\n  tensor_model_parallel_size: 2\n")
-    assert bridge.verdict("llama32_1b_sft_config", over, {"launch": {"nodes": 1, "gpus_per_node": 8}}).rejected is False
+    assert (
+        bridge.verdict("llama32_1b_sft_config", over, {"launch": {"nodes": 1, "gpus_per_node": 8}}).rejected
+        is False
+    )
     verdict = bridge.verdict("llama32_1b_sft_config", over, {"launch": {"nodes": 1, "gpus_per_node": 3}})
     assert verdict.rejected and "not divisible" in verdict.message
 
@@ -83,7 +89,9 @@ def test_snapshots_match_the_generator(bridge, tmp_path):
     fresh_index = bridge.gen.generate(tmp_path)
     assert fresh_index["megatron_bridge"] == index["megatron_bridge"] == bridge.cpu_env.BRIDGE_VERSION
     assert fresh_index["megatron_core"] == index["megatron_core"] == bridge.cpu_env.CORE_VERSION
-    assert fresh_index == index, "index.json is stale: run .venv-oracle/bin/python scripts/gen_bridge_recipes.py"
+    assert fresh_index == index, (
+        "index.json is stale: run .venv-oracle/bin/python scripts/gen_bridge_recipes.py"
+    )
     stale = [
         entry["file"]
         for entry in index["recipes"].values()
