@@ -257,7 +257,7 @@ def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)  # memory: one batch, no read-ahead
     except (OSError, pa.ArrowException) as exc:
         raise PackingError(f"{path}: not a readable Parquet file ({exc})") from None
     schema = pf.schema_arrow
@@ -287,7 +287,7 @@ def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
         columns.append("answer_start_idx")
         mode = "answer"
     row = 1
-    for rb in pf.iter_batches(batch_size=batch_size, columns=columns):
+    for rb in pf.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
         ids_col = rb.column("input_ids")
         if ids_col.null_count:
             bad = row + int(np.flatnonzero(ids_col.is_null().to_numpy(zero_copy_only=False))[0])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,15 @@ import numpy as np
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import OVERSIZE_POLICIES, PlanError, itemize
 from packcfg.packing.sources import detect_format, iter_batches
-from packcfg.packing.writer import digest_add, parquet_entry, read_metadata, slot_hashes
+from packcfg.packing.writer import (
+    _M1,
+    _mix,
+    _position_keys,
+    digest_add,
+    parquet_entry,
+    read_metadata,
+    slot_hashes,
+)
 
 
 @dataclass
@@ -72,19 +79,14 @@ def metadata_entry(meta_path: Path, packed: Path) -> dict[str, Any]:
     return entries[0] if entries else {}
 
 
-def _slot_key(tokens: np.ndarray, mask: np.ndarray) -> tuple[bytes, bytes]:
-    t = np.ascontiguousarray(tokens, dtype=np.int64).tobytes()
-    m = np.ascontiguousarray(mask, dtype=np.int8).tobytes()
-    return hashlib.blake2b(t, digest_size=16).digest(), hashlib.blake2b(t + m, digest_size=16).digest()
-
-
-def _batches(packed: Path, batch_rows: int = 1024) -> Any:
+def _batches(packed: Path, batch_rows: int = 0) -> Any:
     """Record batches of the packed file as flat numpy arrays: (ids, ids_off, mask, mask_off, st, st_off)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(packed)
+        # no pre-buffering, no read-ahead threads: memory stays at one row group
+        pf = pq.ParquetFile(packed, pre_buffer=False, buffer_size=1 << 20)
     except FileNotFoundError:
         raise PackingError(f"{packed}: no such file") from None
     except (OSError, pa.ArrowException) as exc:
@@ -94,8 +96,11 @@ def _batches(packed: Path, batch_rows: int = 1024) -> Any:
     missing = [c for c in want if c not in names]
     if missing:
         raise PackingError(f"{packed}: missing column(s) {', '.join(missing)} (columns: {', '.join(names)})")
+    if batch_rows <= 0:  # one row group at a time (pack writes ~1M tokens per group)
+        groups = pf.metadata.num_row_groups
+        batch_rows = max(16, min(4096, pf.metadata.row_group(0).num_rows if groups else 16))
     try:
-        for rb in pf.iter_batches(batch_size=batch_rows, columns=want):
+        for rb in pf.iter_batches(batch_size=batch_rows, columns=want, use_threads=False):
             out = []
             for c in want:
                 arr = rb.column(c)
@@ -156,32 +161,41 @@ def verify_packed(
         rows = _check_batch(report, r0, ids, ids_off, mask, mask_off, st, st_off, capacity, align, max_errors)
         # the slots of the rows that passed the structural checks
         good = np.flatnonzero(rows)
+        row_h = _mix(np.arange(r0, r0 + nrows, dtype=np.uint64) + _M1)  # unique for unreadable rows
         if len(good):
             counts = np.diff(st_off)[good]  # samples per good row
             cum = np.cumsum(counts)
             j_in_row = np.arange(int(cum[-1])) - np.repeat(cum - counts, counts)
             slot_rows = np.repeat(good, counts)
-            rel_starts = st[np.repeat(st_off[good], counts) + j_in_row].astype(np.int64)
-            rel_ends = np.empty_like(rel_starts)
-            rel_ends[:-1] = rel_starts[1:]
-            rel_ends[cum - 1] = np.diff(ids_off)[good]  # a row's last slot ends with the row
-            lens = rel_ends - rel_starts
-            within = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
-            base = np.repeat(rel_starts, lens) + within
-            gi = base + np.repeat(ids_off[slot_rows], lens)
-            gm = base + np.repeat(mask_off[slot_rows], lens)
-            flat_off = np.zeros(len(lens) + 1, dtype=np.int64)
-            np.cumsum(lens, out=flat_off[1:])
-            slot_ids, slot_mask = ids[gi], mask[gm]
-            slot_hash_parts.append(slot_hashes(slot_ids, slot_mask, flat_off))
+            if len(good) == nrows:  # the usual case: every row sound, the slots tile the batch
+                bounds = np.empty(len(st) + 1, dtype=np.int64)
+                bounds[:-1] = st + np.repeat(ids_off[:-1], counts)
+                bounds[-1] = ids_off[-1]
+                slot_ids, slot_mask, flat_off = ids, mask, bounds
+            else:
+                rel_starts = st[np.repeat(st_off[good], counts) + j_in_row].astype(np.int64)
+                rel_ends = np.empty_like(rel_starts)
+                rel_ends[:-1] = rel_starts[1:]
+                rel_ends[cum - 1] = np.diff(ids_off)[good]  # a row's last slot ends with the row
+                lens = rel_ends - rel_starts
+                within = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+                base = np.repeat(rel_starts, lens) + within
+                gi = base + np.repeat(ids_off[slot_rows], lens)
+                gm = base + np.repeat(mask_off[slot_rows], lens)
+                flat_off = np.zeros(len(lens) + 1, dtype=np.int64)
+                np.cumsum(lens, out=flat_off[1:])
+                slot_ids, slot_mask = ids[gi], mask[gm]
+            h = slot_hashes(slot_ids, slot_mask, flat_off)
+            slot_hash_parts.append(h)
             slot_row_parts.append((slot_rows + r0).astype(np.int64))
+            with np.errstate(over="ignore"):  # a row's hash: its slots' hashes in order
+                keyed = h * _position_keys(int(counts.max()))[j_in_row]
+                row_h[good] = _mix(np.add.reduceat(keyed, cum - counts) + counts.astype(np.uint64) * _M1)
             report.samples += int(cum[-1])
             if source is not None:  # tokens-only hashes tell "loss mask differs" from "not found"
-                slot_tok_parts.append(slot_hashes(slot_ids, np.zeros(len(gm), np.int8), flat_off))
+                slot_tok_parts.append(slot_hashes(slot_ids, np.zeros(len(slot_ids), np.int8), flat_off))
                 slot_j_parts.append(j_in_row.astype(np.int32))
-        row_hash_parts.append(
-            slot_hashes(ids, mask, ids_off) if mask_off[-1] == ids_off[-1] else np.zeros(nrows, np.uint64)
-        )
+        row_hash_parts.append(row_h)
         report.rows += nrows
         report.tokens += int(ids_off[-1])
         r0 += nrows
