@@ -5,13 +5,14 @@ One run prints, side by side, for each length distribution and capacity (2048/40
 every algorithm's packs, gap to the lower bound ceil(sum/capacity), efficiency and planning time, plus
 a best-fit-decreasing reference written the textbook way (pure Python, a segment tree over remaining
 capacities). Then: `histogram` and `bfd` on 16M lengths (time, and planning memory measured in a
-child process), and packing 1M real-ish samples end to end (read Parquet, plan, write packed Parquet).
+child process), and 1M samples (~75M tokens) end to end from Parquet and from JSONL: pack, verify and
+verify --source, each timed with its peak RSS and the packed file's size.
 
 Distributions: `lognormal` (mu 6, sigma 1, clipped to [8, 4096]) and `realish`, a long-tailed mix of
 short chat turns, medium instructions and long documents. Samples longer than the capacity are clipped
 to it (the planners' `truncate` policy) so that every planner sees the same input.
 
-Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow]
+Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
 """
 
 from __future__ import annotations
@@ -260,86 +261,108 @@ def big_table(n: int) -> None:
     )
 
 
-def e2e(n: int) -> None:
+def e2e_lengths(n: int, seed: int = 11) -> np.ndarray:
+    """SFT-like sample lengths for the end-to-end rows: lognormal (mu 4, sigma 0.8) in [8, 1024], ~75 tokens
+    on average (1M samples: ~75M tokens, the size issue 14 measured)."""
+    return np.clip(np.random.default_rng(seed).lognormal(4.0, 0.8, n), 8, 1024).astype(np.int64)
+
+
+def _write_sources(folder: Path, n: int) -> tuple[Path, Path, int]:
+    """The same samples as Parquet (input_ids + answer_start_idx) and as token-id JSONL."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from packcfg.packing import PackSettings, pack_dataset
-
-    print(
-        f"\n## End to end: {n:,} real-ish samples (read Parquet of token ids, plan, write packed Parquet)\n"
-    )
     rng = np.random.default_rng(2)
-    lengths = np.minimum(realish_lengths(n, seed=3), 4096)
+    lengths = e2e_lengths(n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    pq_path, js_path = folder / "samples.parquet", folder / "samples.jsonl"
+    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("answer_start_idx", pa.int32())])
+    with pq.ParquetWriter(pq_path, schema) as w, open(js_path, "w", encoding="utf-8") as js:
+        step = 50_000
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            off = offsets[lo : hi + 1] - offsets[lo]
+            # Zipf-distributed ids over a 32k vocabulary: closer to text than uniform ids
+            vals = (np.minimum(rng.zipf(1.2, size=int(off[-1])), 31990) + 3).astype(np.int32)
+            ans = (lengths[lo:hi] // 3).astype(np.int32)
+            ids = pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(vals))
+            w.write_table(pa.table({"input_ids": ids, "answer_start_idx": ans}, schema=schema))
+            text = vals.astype(str)
+            for i in range(hi - lo):
+                row = ", ".join(text[off[i] : off[i + 1]])
+                js.write(f'{{"input_ids": [{row}], "answer_start_idx": {int(ans[i])}}}\n')
+    return pq_path, js_path, int(offsets[-1])
+
+
+def _timed_cli(args: list[str]) -> tuple[float, float, int]:
+    """Run `packcfg ARGS` in a fresh interpreter: (wall s, peak RSS MiB, exit code)."""
+    code = (
+        "import resource, sys, time\n"
+        "from packcfg.cli import main\n"
+        "t = time.perf_counter(); rc = main(sys.argv[1:]); dt = time.perf_counter() - t\n"
+        "print('BENCH', dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rc, file=sys.stderr)\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    line = next((x for x in proc.stderr.splitlines() if x.startswith("BENCH ")), None)
+    if line is None:
+        raise SystemExit(f"packcfg {' '.join(args)} failed:\n{proc.stderr}")
+    _, dt, rss_kb, rc = line.split()
+    return float(dt), int(rss_kb) / 1024, int(rc)
+
+
+def e2e(n: int) -> None:
+    print(
+        f"\n## End to end: {n:,} samples from Parquet and from JSONL: pack, verify, verify --source "
+        "(each in a fresh process)\n"
+    )
+    cap = 4096
     with tempfile.TemporaryDirectory(prefix="packcfg-bench-") as tmp:
-        src = Path(tmp) / "samples.parquet"
+        folder = Path(tmp)
         t = time.perf_counter()
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        with pq.ParquetWriter(
-            src, pa.schema([("input_ids", pa.list_(pa.int32())), ("answer_start_idx", pa.int32())])
-        ) as w:
-            step = 50_000
-            for lo in range(0, n, step):
-                hi = min(n, lo + step)
-                off = offsets[lo : hi + 1] - offsets[lo]
-                vals = rng.integers(3, 32000, size=int(off[-1]), dtype=np.int32)
-                ans = (lengths[lo:hi] // 3).astype(np.int32)
-                ids = pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(vals))
-                w.write_table(pa.table({"input_ids": ids, "answer_start_idx": ans}))
+        pq_src, js_src, tokens = _write_sources(folder, n)
         t_gen = time.perf_counter() - t
-        size_mb = src.stat().st_size / 2**20
         rows = []
-        for cap in (4096,):  # one capacity: writing dominates and does not depend on it
-            s = PackSettings(
-                source=src,
-                output=Path(tmp) / f"packed{cap}.parquet",
-                metadata=Path(tmp) / f"meta{cap}.json",
-                capacity=cap,
-                algorithm="bfd",
-            )
-            t, c = time.perf_counter(), time.process_time()
-            res = pack_dataset(s, progress=False)
-            dt, dc = time.perf_counter() - t, time.process_time() - c
-            m = res.metadata
-            tm = m["timings_s"]
-            rows.append(
-                [
-                    "realish",
-                    str(cap),
-                    "bfd",
-                    f"{n:,}",
-                    f"{int(lengths.sum()):,}",
-                    f"{m['packs']:,}",
-                    f"{m['lower_bound']:,}",
-                    f"{m['packing_efficiency']:.2f}",
-                    f"{tm['read']:.1f}/{tm['plan']:.1f}/{tm['write']:.1f}",
-                    f"{dt:.1f}",
-                    f"{n / dt:,.0f}",
-                    f"{dc:.1f}",
-                    f"{n / dc:,.0f}",
-                ]
-            )
-            res.train_path.unlink()
+        for name, src in (("parquet", pq_src), ("jsonl", js_src)):
+            out = folder / f"packed_{name}.parquet"
+            base = ["pack", str(src), "--capacity", str(cap), "--out", str(out), "-q"]
+            for what, args in (
+                ("pack", base),
+                ("verify", ["verify", str(out), "-q"]),
+                ("verify --source", ["verify", str(out), "--source", str(src), "-q"]),
+            ):
+                dt, rss, rc = _timed_cli(args)
+                rows.append(
+                    [
+                        name,
+                        what,
+                        f"{n:,}",
+                        f"{tokens:,}",
+                        f"{dt:.1f}",
+                        f"{n / dt:,.0f}",
+                        f"{rss:,.0f}",
+                        f"{out.stat().st_size / 2**20:,.1f}" if what == "pack" else "",
+                        str(rc),
+                    ]
+                )
         header = [
-            "dist",
-            "cap",
-            "algorithm",
+            "source",
+            "step",
             "samples",
             "tokens",
-            "packs",
-            "LB",
-            "eff %",
-            "read/plan/write s",
             "wall s",
             "samples/s",
-            "cpu s",
-            "samples/cpu-s",
+            "peak RSS MiB",
+            "out MiB",
+            "rc",
         ]
         print_table(header, rows)
         print(
-            f"\nsource: {size_mb:,.0f} MiB Parquet, generated in {t_gen:.1f}s (not counted); wall and cpu "
-            "include the source checksum (sha256); read/plan/write are wall-clock."
+            f"\nsources: {pq_src.stat().st_size / 2**20:,.0f} MiB Parquet, {js_src.stat().st_size / 2**20:,.0f} "
+            f"MiB JSONL, generated in {t_gen:.1f}s (not counted); capacity {cap}; pack wall includes the source "
+            "checksum (sha256); peak RSS is the whole process (interpreter, numpy and pyarrow included)."
         )
 
 
@@ -350,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", type=int, help="lengths for the big planning run (default 16M)")
     ap.add_argument("--e2e", type=int, help="samples for the end-to-end run (default 1M)")
     ap.add_argument("--skip-slow", action="store_true", help="skip first_fit_shuffle at large N")
+    ap.add_argument("--e2e-only", action="store_true", help="only the end-to-end pack/verify rows")
     args = ap.parse_args(argv)
     n = args.n or (100_000 if args.quick else 1_000_000)
     big = args.big or (1_000_000 if args.quick else 16_000_000)
@@ -358,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         f"# packcfg bench/packing.py  python {platform.python_version()}, numpy {np.__version__}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs"
     )
-    quality_table(n, args.skip_slow)
-    big_table(big)
+    if not args.e2e_only:
+        quality_table(n, args.skip_slow)
+        big_table(big)
     e2e(n_e2e)
     return 0
 
