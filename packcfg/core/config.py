@@ -1,4 +1,5 @@
-"""Load an experiment config: YAML files merged in order, then dotted overrides, with provenance.
+"""Load an experiment config as Megatron Bridge reads it: YAML files merged in order over an optional base recipe,
+then Hydra overrides, then interpolation resolved, with provenance (docs/lint.md, "Merging and positions").
 
 `load_located` is the one loader: it returns the merged mapping together with the position (file, line,
 column) of every key, each pointing at the file and line that last set it, and every problem found in the
@@ -276,12 +277,16 @@ def merge_documents(
         merged, tree = {}, {}
         for data, positions in layers:
             merged = deep_merge(merged, data, positions=tree, update_positions=positions)
-    for override in parsed:
-        merged = _apply_override(merged, tree, override, flatten)
-    base = recipe if recipe is not None else _base_name(merged)
+    # Bridge's order (scripts/training/run_recipe.py): the recipe's config, the YAML files over it, then the
+    # command-line overrides. The base's name may come from the files or from an override (`--recipe`).
+    base = recipe if recipe is not None else _base_name(merged, parsed)
     base_doc = None
     if base is not None:
         merged, tree, base_doc = _under_base(base, merged, tree, flatten, lint=mode == "lint")
+    for override in parsed:
+        merged = _apply_override(merged, tree, override, flatten)
+    if base_doc is not None and mode == "lint":
+        merged, tree = _known_only(merged, tree)
     files = [doc.file for doc in documents] or [override_source(overrides[0]) if overrides else "<string>"]
     problems: list[tuple[str, LoadProblem]] = []
     if has_interpolation(merged):
@@ -307,8 +312,15 @@ def _base_document(path: Path, mtime_ns: int, name: str) -> YamlDocument:
     return load_file(path, base_source(name))
 
 
-def _base_name(merged: dict[str, Any]) -> str | None:
+def _base_name(merged: dict[str, Any], overrides: Sequence[Override] = ()) -> str | None:
     name = get_path(merged, BASE_KEY)
+    for o in overrides:  # the last override that names recipe.base (or deletes it) wins
+        if o.path == BASE_KEY:
+            name = None if o.kind == DELETE else o.value
+        elif o.path == BASE_KEY[:1] and o.kind != DELETE and isinstance(o.value, dict) and "base" in o.value:
+            name = o.value["base"]
+        elif o.path == BASE_KEY[:1] and o.kind == DELETE:
+            name = None
     if name is None:
         return None
     if not isinstance(name, str) or not name.strip():
@@ -337,20 +349,19 @@ def _under_base(
     data, positions = _as_read(doc, flatten)
     data = {k: v for k, v in data.items() if k != "_target_"}  # ConfigContainer's own class
     base_tree = {k: v for k, v in positions.items() if k != "_target_"}
-    if lint:  # lint never mutates the data: the cached snapshot may be shared
-        data, base_tree = _known_only(data, base_tree)
-    else:  # the flows that run a config may change it: their own copy
-        data = _clone(data)
+    data = _clone(data)  # overrides are applied in place next: the cached snapshot must stay as read
     out = deep_merge(data, merged, positions=base_tree, update_positions=tree)
-    if get_path(out, BASE_KEY) is None:  # `--recipe NAME`: the merged config records its base
+    if get_path(out, BASE_KEY) is None:  # the merged config records its base
         set_path(out, BASE_KEY, name, positions=base_tree, position=Position(base_source(name), 1, 1))
     return out, base_tree, doc
 
 
 def _known_only(data: dict[str, Any], tree: PositionTree) -> tuple[dict[str, Any], PositionTree]:
-    """For lint, the base recipe without the section fields today's field table does not know (fields of the
-    Bridge release the snapshot was taken from that Bridge has since removed): no rule reads them, and they
-    would only be SC003 candidates the engine drops anyway (values from the base never draw SC003)."""
+    """For lint, the merged config without the section fields that come from the base recipe and that today's
+    field table does not know (fields of the Bridge release the snapshot was taken from, since removed): no rule
+    reads them, and they would only be SC003 candidates the engine drops anyway (values from the base never
+    draw SC003)."""
+    from packcfg.core.base_recipes import is_base_source
     from packcfg.core.schema import known_fields
 
     known = known_fields("current")
@@ -364,7 +375,12 @@ def _known_only(data: dict[str, Any], tree: PositionTree) -> tuple[dict[str, Any
             if pos is not None:
                 out_tree[section] = pos
             continue
-        keep = {k: v for k, v in value.items() if k in fields or k.startswith("_")}
+        children_pos = pos.children if pos is not None else {}
+        keep = {
+            k: v
+            for k, v in value.items()
+            if k in fields or k.startswith("_") or k not in children_pos or not is_base_source(children_pos[k].file)
+        }
         out[section] = keep
         if pos is not None:
             children = {k: v for k, v in pos.children.items() if k in keep}
@@ -462,7 +478,9 @@ def _resolve(
     """Interpolations resolved after the merge; a problem Bridge would raise is SC002 at the `${...}`."""
     from packcfg.core.interpolate import resolve
 
-    missing_ok = None if has_base else _bridge_fills_in
+    # lint (and a bundle kept for the job) may leave a Bridge field that only Bridge's full config holds
+    # unknown; packcfg's own flows that run the config need every value
+    missing_ok = None if has_base or mode == "run" else _bridge_fills_in
     data, problems = resolve(merged, mode, missing_ok)
     if mode == "keep":
         from packcfg.core.interpolate import restore_text

@@ -1,4 +1,4 @@
-"""Load an experiment YAML as plain data plus the 1-based line/column of every key.
+"""Load an experiment YAML as plain data plus the 1-based line/column of every key, with OmegaConf's scalars.
 
 Why libyaml and not ruamel.yaml here: the issue asked for ruamel.yaml round-trip, but measured on the 2-core
 dev machine (2026-11-22, `recipes/tiny_cpu_sft.yaml`), ruamel's pure-Python round-trip load takes 20-70 ms per

@@ -329,3 +329,16 @@ def test_an_unknown_value_never_draws_a_finding_a_known_one_would_not(case: Path
             new = d.code not in before and d.severity.value != "info"
             assert not new or (d.code == "PK111" and "PK101" in before), (line, d.code, d.message)
     assert internal == []
+
+
+def test_overrides_apply_over_the_base_recipe_as_in_bridge(recipes: Path) -> None:
+    # Bridge's order: recipe, then the YAML files, then the command-line overrides (Hydra semantics on the whole)
+    doc = load_text("recipe:\n  base: tiny_offline_base\n", "ov.yaml")
+    with pytest.raises(ConfigError, match="could not add 'train.micro_batch_size'"):
+        merge_documents([doc], ["+train.micro_batch_size=2"])  # already set by the recipe
+    located = merge_documents([doc], ["~model.bridge_only_field_packcfg_does_not_know", "train.micro_batch_size=4"])
+    assert located.data["train"]["micro_batch_size"] == 4
+    again = merge_documents([doc])  # the cached snapshot was not changed by the overrides above
+    assert again.data["train"]["micro_batch_size"] == 1
+    located = merge_documents([load_text("train:\n  micro_batch_size: 2\n")], ["++recipe.base=tiny_offline_base"])
+    assert located.base == "tiny_offline_base" and located.data["model"]["seq_length"] == 2048
