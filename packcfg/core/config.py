@@ -277,8 +277,9 @@ def merge_documents(
         merged, tree = {}, {}
         for data, positions in layers:
             merged = deep_merge(merged, data, positions=tree, update_positions=positions)
-    # Bridge's order (scripts/training/run_recipe.py): the recipe's config, the YAML files over it, then the
-    # command-line overrides. The base's name may come from the files or from an override (`--recipe`).
+    # Bridge's order (omegaconf_utils.py `process_config_with_overrides`, v0.3.1 and main, as run_recipe.py runs
+    # it): the recipe's config, `OmegaConf.merge` of the YAML file over it, then the command-line overrides.
+    # The base's name may come from the files or from an override (`--recipe`).
     base = recipe if recipe is not None else _base_name(merged, parsed)
     base_doc = None
     if base is not None:

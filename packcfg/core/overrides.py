@@ -3,8 +3,10 @@
 Bridge applies overrides with Hydra: `parse_hydra_overrides` in
 `src/megatron/bridge/training/utils/omegaconf_utils.py` (Bridge v0.3.1 and main 067f987) runs Hydra's
 `OverridesParser` and `ConfigLoaderImpl._apply_overrides_to_config` (hydra-core 1.3.2,
-`hydra/_internal/config_loader_impl.py`), and `scripts/training/run_recipe.py` passes the command line's
-`KEY=VALUE` arguments to it. The forms, and what they do there:
+`hydra/_internal/config_loader_impl.py`) on the recipe's config after the YAML file is merged
+(`process_config_with_overrides`, same file). `scripts/training/run_recipe.py` hands it the command line's
+trailing words (v0.3.1: `parse_known_args` leftovers; main: `KEY=VALUE` words via `recipe_runner.py`
+`apply_cli_overrides`). The forms, and what they do there:
 
 - `KEY=VALUE`   change: `OmegaConf.update(cfg, key, value, merge=True)` (a mapping merges into a mapping).
 - `+KEY=VALUE`  add: an error when a non-null value is already at KEY (unless VALUE is a list or mapping).
