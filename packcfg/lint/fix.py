@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from packcfg.core.atomic import atomic_write_text
+from packcfg.core.base_recipes import is_base_source
 from packcfg.core.config import ConfigError, is_override_source, load_document, merge_documents
 from packcfg.core.diagnostics import Diagnostic, Edit
 from packcfg.core.yamlsource import YamlDocument, load_bytes
@@ -231,9 +232,9 @@ def _targets(edit: Edit, documents: Sequence[YamlDocument], sources: Any) -> lis
     if edit.action in ("rename", "delete"):
         return [doc.file for doc in documents if _contains(doc, edit.path)]
     where = sources.exact(tuple(edit.path))
-    if where is not None:
+    if where is not None and not is_base_source(where.file):
         return [where.file]
-    return [documents[0].file]
+    return [documents[0].file]  # a new key, or one the base recipe set: the user's file sets it over the base
 
 
 def fix_paths(
