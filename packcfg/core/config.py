@@ -398,7 +398,22 @@ def _apply_override(
         path = ("model", *path[2:])  # a builder-backed model's nested field is the model field (read_dump)
     position = Position(override_source(override.text), 1, 1)
     key = ".".join(override.path)
-    current = get_path(merged, path, _ABSENT)
+    current = _lookup(merged, path)
+    parent = _lookup(merged, path[:-1]) if len(path) > 1 else merged
+    if isinstance(parent, list):  # `a.l.0=5`: OmegaConf.update sets a list element in place
+        if override.kind == DELETE:
+            raise ConfigError(f"override {override.text!r}: could not delete {key!r}: Hydra cannot delete a list item")
+        if current is _ABSENT:
+            raise ConfigError(f"override {override.text!r}: {key!r} is past the end of the list")
+        if override.kind == ADD and current is not None and not isinstance(override.value, dict | list):
+            raise ConfigError(f"override {override.text!r}: could not add {key!r}: it is already set to {current!r}")
+        parent[int(path[-1])] = _clone(override.value)
+        _set_tree(tree, path, _uniform(override.value, position))
+        return merged
+    if _conflict(current, override.value):
+        raise ConfigError(
+            f"override {override.text!r}: cannot merge a mapping into the list at {key!r} (Hydra: Error merging override)"
+        )
     if override.kind == DELETE:
         if current is _ABSENT or current is None:
             raise ConfigError(f"override {override.text!r}: could not delete {key!r}: it is not in the config")
@@ -432,6 +447,29 @@ def _apply_override(
 
 
 _ABSENT: Any = object()
+
+
+def _lookup(config: Any, path: Sequence[str]) -> Any:
+    """The value at `path` (list items by index, as OmegaConf.select reads `a.l.0`), or _ABSENT."""
+    node = config
+    for key in path:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return _ABSENT
+    return node
+
+
+def _conflict(current: Any, value: Any) -> bool:
+    """A mapping merged into a list (also deeper down) is an error in OmegaConf.update(merge=True)."""
+    if isinstance(value, dict):
+        if isinstance(current, list):
+            return True
+        if isinstance(current, dict):
+            return any(k in current and _conflict(current[k], v) for k, v in value.items())
+    return False
 
 
 def _tree_at(tree: PositionTree, path: Sequence[str]) -> PosNode | None:

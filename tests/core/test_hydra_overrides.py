@@ -235,3 +235,39 @@ def test_verify_reads_c_and_overrides(exp: Path, tmp_path: Path, capsys) -> None
 def test_lint_gate_api_applies_hydra_overrides(exp: Path) -> None:
     diags = engine.lint_config([exp], ["++train.micro_batch_size=4"])
     assert [d.code for d in diags if d.severity.value == "error"] == ["PK110"]
+
+
+APPLY_CASES = [
+    "a.l.0=5", "a.l.5=5", "a.s.x=1", "~a.l.0", "+a.l.1=3", "a.l={x: 1}", "a={l: {y: 1}}", "a.new.deep=1",
+    "+a.l=[9]", "a.l=[9]", "+a.s=y", "++a.s=y", "~a.s", "~a.s=x", "~a.s=z", "~a.nope", "a={t: 1}", "+a.n=1",
+    "+a.z=null", "a.z=1e-3", "~a", "+a={s: q}",
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with hydra-core 1.3.2")
+def test_applying_overrides_matches_hydra() -> None:
+    start = {"a": {"l": [1, 2], "s": "x", "z": None}}
+    script = (
+        "import json,sys\n"
+        "from omegaconf import OmegaConf\n"
+        "from hydra._internal.config_loader_impl import ConfigLoaderImpl\n"
+        "from hydra.core.override_parser.overrides_parser import OverridesParser\n"
+        "p = OverridesParser.create(); out = []\n"
+        "start, cases = json.load(sys.stdin)\n"
+        "for o in cases:\n"
+        "    cfg = OmegaConf.create(start)\n"
+        "    try:\n"
+        "        ConfigLoaderImpl._apply_overrides_to_config(p.parse_overrides([o]), cfg)\n"
+        "        out.append(OmegaConf.to_container(cfg))\n"
+        "    except Exception:\n"
+        "        out.append('ERR')\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run([str(ORACLE_PY), "-c", script], input=json.dumps([start, APPLY_CASES]), capture_output=True, text=True)  # fmt: skip
+    theirs = json.loads(proc.stdout)
+    for case, hydra in zip(APPLY_CASES, theirs, strict=True):
+        try:
+            ours = merge_documents([load_text(json.dumps(start), "s.yaml")], [case]).data
+        except ConfigError:
+            ours = "ERR"
+        assert ours == hydra, case
