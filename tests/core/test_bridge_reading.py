@@ -342,3 +342,31 @@ def test_overrides_apply_over_the_base_recipe_as_in_bridge(recipes: Path) -> Non
     assert again.data["train"]["micro_batch_size"] == 1
     located = merge_documents([load_text("train:\n  micro_batch_size: 2\n")], ["++recipe.base=tiny_offline_base"])
     assert located.base == "tiny_offline_base" and located.data["model"]["seq_length"] == 2048
+
+
+INTERP_CASES = [
+    "a: ${b}\nb: ${a}\n", "a: ${nope.x}\n", "a:\n  b: 1\n  c: ${.b}\n", "a:\n  b:\n    c: ${..d}\n  d: 3\n",
+    "a: x_${b}\nb: 2\n", "a: x_${b}\nb: true\n", "a: ${b}\nb: [1, 2]\n", "a: '\\${b}'\nb: 1\n", "a: ${b.0}\nb: [5]\n",
+    "a: ${b[0]}\nb: [5]\n", "a: x${b}\nb: null\n", "a: ${b}\nb: null\n", "a: ${b}\nb: ${c}\nc: 7\n",
+    "a: ${b}\nb:\n  c: ${d}\nd: 1e-5\n", "a:\n  x: ${a}\n", "a: ${b}${c}\nb: 1\nc: 2\n", "a: ' ${b} '\nb: 1\n",
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with omegaconf 2.3.0")
+def test_interpolation_matches_omegaconf_to_container_resolve(tmp_path: Path) -> None:
+    script = (
+        "import json,sys\nfrom omegaconf import OmegaConf\nout = []\n"
+        "for i, _ in enumerate(json.load(sys.stdin)):\n"
+        "    try:\n"
+        "        out.append(OmegaConf.to_container(OmegaConf.load(sys.argv[1] + f'/{i}.yaml'), resolve=True))\n"
+        "    except Exception:\n"
+        "        out.append('ERR')\n"
+        "print(json.dumps(out))\n"
+    )
+    for i, text in enumerate(INTERP_CASES):
+        (tmp_path / f"{i}.yaml").write_text(text)
+    proc = subprocess.run([str(ORACLE_PY), "-c", script, str(tmp_path)], input=json.dumps(INTERP_CASES), capture_output=True, text=True)  # fmt: skip
+    for text, theirs in zip(INTERP_CASES, json.loads(proc.stdout), strict=True):
+        located = merge_documents([load_text(text, "i.yaml")])
+        ours = "ERR" if any(p.code == "SC002" for _, p in located.problems) else located.data
+        assert ours == theirs, text
