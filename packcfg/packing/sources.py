@@ -36,6 +36,13 @@ class Batch:
     offsets: np.ndarray  # int64, len n+1, starts at 0
     mask: np.ndarray  # int8 label-aligned loss mask, same length as values
     first_line: int  # 1-based line (JSONL) or row (Parquet) of sample 0, for messages
+    lines: np.ndarray | None = None  # the line of every sample, when they are not consecutive
+
+    def sample_lines(self) -> np.ndarray:
+        """The source line (or row) of every sample in the batch."""
+        if self.lines is not None:
+            return self.lines
+        return np.arange(self.first_line, self.first_line + len(self.offsets) - 1, dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------- format
@@ -135,7 +142,7 @@ def iter_batches(
     if fmt == "parquet":
         yield from _iter_parquet(path, batch_size)
     elif fmt == "tokens":
-        yield from _iter_token_jsonl(path, batch_size)
+        yield from _iter_token_jsonl_fast(path, batch_size)
     elif fmt == "text":
         if tokenizer is None:
             raise PackingError(
@@ -196,11 +203,141 @@ def _check_ids(path: Path, where: str, ids: Any, line: str | None = None) -> np.
     return arr
 
 
-def _iter_token_jsonl(path: Path, batch_size: int) -> Iterator[Batch]:
+JSONL_BLOCK_BYTES = 16 << 20
+
+
+def _iter_token_jsonl_fast(
+    path: Path, batch_size: int, block_bytes: int = JSONL_BLOCK_BYTES
+) -> Iterator[Batch]:
+    """Token-id JSONL through pyarrow's JSON reader, block by block (bounded memory), at Parquet speed.
+
+    Used while every line of a block is one record (so line numbers stay exact) whose input_ids (and
+    loss_mask, answer_start_idx) parse as integers and pass the checks; at the first block where anything
+    differs (a blank line, a bool, a null, a float, an id out of range, mixed mask kinds, ...) the exact
+    Python reader takes over from that record, and gives the same batches or the same one-line error."""
+    try:
+        import pyarrow as pa
+        import pyarrow.json as pj
+    except ImportError:  # pragma: no cover - pyarrow is a dependency of the pack extra
+        yield from _iter_token_jsonl(path, batch_size)
+        return
+    schema = pa.schema(
+        [
+            ("input_ids", pa.list_(pa.int64())),
+            ("loss_mask", pa.list_(pa.int64())),
+            ("answer_start_idx", pa.int64()),
+        ]
+    )
+    parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    done = 0  # records yielded so far (= lines: every earlier block had one record per line)
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    with f:
+        rest = b""
+        while True:
+            chunk = f.read(block_bytes)
+            block = rest + chunk
+            if not chunk:
+                rest = b""
+            else:
+                cut = block.rfind(b"\n") + 1
+                if cut == 0:  # one line longer than the block: the exact reader handles it
+                    break
+                block, rest = block[:cut], block[cut:]
+            if not block:
+                return
+            lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+            batch = _arrow_token_block(block, lines, parse, done + 1, block_bytes)
+            if batch is None:
+                break
+            for lo in range(0, len(batch.offsets) - 1, batch_size):
+                yield _slice_batch(batch, lo, lo + batch_size)
+            done += lines
+            if not chunk:
+                return
+    yield from _iter_token_jsonl(path, batch_size, skip=done)
+
+
+def _arrow_token_block(
+    block: bytes, lines: int, parse: Any, first_line: int, block_bytes: int
+) -> Batch | None:
+    """One block of token-id JSONL as a Batch, or None when the exact reader must decide."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(
+            io.BytesIO(block),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(block) + 1, block_bytes + 1))),
+            parse_options=parse,
+        )
+    except (pa.ArrowException, ValueError):
+        return None
+    if table.num_rows != lines or lines == 0:
+        return None  # blank lines (line numbers would drift) or something pyarrow read differently
+    ids = table.column("input_ids").combine_chunks()
+    if ids.null_count:
+        return None
+    lens = pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = ids.flatten()
+    if flat.null_count or not len(lens) or lens.min() == 0:
+        return None
+    values = flat.to_numpy(zero_copy_only=False)
+    if values.min() < 0 or values.max() > MAX_TOKEN_ID:
+        return None
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    lm_col = table.column("loss_mask").combine_chunks()
+    ans_col = table.column("answer_start_idx").combine_chunks()
+    n = len(lens)
+    if lm_col.null_count == 0:  # every record has a loss_mask (it wins over answer_start_idx)
+        mlens = pc.list_value_length(lm_col).to_numpy(zero_copy_only=False)
+        m = lm_col.flatten()
+        if m.null_count or not np.array_equal(mlens, lens):
+            return None
+        mv = m.to_numpy(zero_copy_only=False)
+        if mv.min() < 0 or mv.max() > 1:
+            return None
+        lm = label_mask_from_input_mask(mv, offsets)
+    elif lm_col.null_count == n:
+        if ans_col.null_count == 0:
+            a = ans_col.to_numpy(zero_copy_only=False).astype(np.int64)
+            if (a < 0).any() or (a > lens).any():
+                return None
+            lm = label_mask_from_answer_start(a, offsets)
+        elif ans_col.null_count == n:
+            lm = label_mask_all(offsets)
+        else:
+            return None
+    else:
+        return None
+    return Batch(values.astype(np.int32), offsets, lm, first_line)
+
+
+def _slice_batch(b: Batch, lo: int, hi: int) -> Batch:
+    hi = min(hi, len(b.offsets) - 1)
+    if lo == 0 and hi == len(b.offsets) - 1:
+        return b
+    s, e = int(b.offsets[lo]), int(b.offsets[hi])
+    lines = b.lines[lo:hi] if b.lines is not None else None
+    return Batch(b.values[s:e], b.offsets[lo : hi + 1] - s, b.mask[s:e], b.first_line + lo, lines)
+
+
+def _iter_token_jsonl(path: Path, batch_size: int, skip: int = 0) -> Iterator[Batch]:
+    """The exact token-id JSONL reader (json.loads per line); `skip`: records already read."""
     ids_list: list[np.ndarray] = []
     masks: list[np.ndarray] = []
+    linenos: list[int] = []
     first = 0
     for lineno, line, obj in _jsonl_lines(path):
+        if skip:
+            skip -= 1
+            continue
         where = str(lineno)
         if "input_ids" not in obj:
             raise PackingError(f"{path}:{lineno}: missing 'input_ids'")
@@ -233,14 +370,17 @@ def _iter_token_jsonl(path: Path, batch_size: int) -> Iterator[Batch]:
             first = lineno
         ids_list.append(ids)
         masks.append(lm)
+        linenos.append(lineno)
         if len(ids_list) >= batch_size:
-            yield _make_batch(ids_list, masks, first)
-            ids_list, masks = [], []
+            yield _make_batch(ids_list, masks, first, linenos)
+            ids_list, masks, linenos = [], [], []
     if ids_list:
-        yield _make_batch(ids_list, masks, first)
+        yield _make_batch(ids_list, masks, first, linenos)
 
 
-def _make_batch(ids_list: list[np.ndarray], masks: list[np.ndarray], first: int) -> Batch:
+def _make_batch(
+    ids_list: list[np.ndarray], masks: list[np.ndarray], first: int, linenos: list[int] | None = None
+) -> Batch:
     offsets = np.zeros(len(ids_list) + 1, dtype=np.int64)
     np.cumsum([len(x) for x in ids_list], out=offsets[1:])
     return Batch(
@@ -248,6 +388,7 @@ def _make_batch(ids_list: list[np.ndarray], masks: list[np.ndarray], first: int)
         offsets,
         np.concatenate(masks).astype(np.int8, copy=False),
         first,
+        np.asarray(linenos, dtype=np.int64) if linenos is not None else None,
     )
 
 
@@ -415,6 +556,7 @@ def _iter_text_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Itera
     contexts: list[str] = []
     answers: list[str] = []
     first = 0
+    linenos: list[int] = []
 
     def flush() -> Batch:
         ctx = tok.tokenizer.encode_batch(contexts, add_special_tokens=False)
@@ -427,7 +569,7 @@ def _iter_text_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Itera
             lm[-1] = 0
             ids_list.append(ids)
             masks.append(lm)
-        return _make_batch(ids_list, masks, first)
+        return _make_batch(ids_list, masks, first, linenos)
 
     for lineno, obj in _jsonl_records(path):
         for key in ("input", "output"):
@@ -441,6 +583,8 @@ def _iter_text_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Itera
                 )
         if not contexts:
             first = lineno
+            linenos = []
+        linenos.append(lineno)
         # Bridge's default prompt template is "{input} {output}": the answer follows a space.
         contexts.append(obj["input"])
         answers.append(" " + obj["output"])
@@ -518,7 +662,7 @@ def spool(
                 tok_parts.append(b.values)
                 mask_parts.append(b.mask)
             offsets_parts.append(b.offsets[1:] + total)
-            lines_parts.append(np.arange(b.first_line, b.first_line + len(b.offsets) - 1, dtype=np.int64))
+            lines_parts.append(b.sample_lines())
             total += int(b.offsets[-1])
             if progress is not None:
                 progress.update(len(b.offsets) - 1)

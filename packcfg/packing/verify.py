@@ -428,7 +428,7 @@ def _expected_batches(
         yield (
             slot_hashes(toks, mask, off),
             slot_hashes(toks, np.zeros(len(toks), np.int8), off),
-            (b.first_line + item_sample).astype(np.int64),
+            b.sample_lines()[item_sample],
         )
 
 
