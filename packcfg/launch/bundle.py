@@ -104,7 +104,8 @@ class JobBundle:
             if created and private:
                 os.chmod(directory, 0o700)
             (directory / "logs").mkdir(mode=0o700 if private else 0o777, exist_ok=True)
-            for name, data in sorted(self.files.items()):
+            # The manifest last: a folder with a manifest holds a complete bundle.
+            for name, data in sorted(self.files.items(), key=lambda kv: (kv[0] == "manifest.json", kv[0])):
                 path = directory / name
                 clean_stale_temps(path.parent, path.name)
                 executable = name.endswith(".sh") or name == DRIVER
