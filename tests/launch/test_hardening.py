@@ -185,6 +185,40 @@ def test_five_concurrent_launches_submit_once(tmp_path: Path) -> None:
     assert corrupt == [] and len(records) == 1 and records[0].status == "PENDING"
 
 
+def test_duplicate_check_and_record_write_are_one_critical_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five threads submit one config while the duplicate check is slow (a busy shared file system):
+    without the lock every thread reads "no earlier submission" before any record is written."""
+    store = JobStore(tmp_path / "state")
+    original = JobStore.active_with_hash
+
+    def slow(self: JobStore, digest: str) -> list[JobRecord]:
+        found = original(self, digest)
+        time.sleep(0.2)
+        return found
+
+    monkeypatch.setattr(JobStore, "active_with_hash", slow)
+    be = SlowBackend(store)
+    b = tiny_bundle()
+    outcomes: list[str] = []
+
+    def go() -> None:
+        try:
+            service.submit(store, b, be)
+            outcomes.append("submitted")
+        except service.DuplicateJob:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=go) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["refused"] * 4 + ["submitted"]
+    assert len(be.lock_free_during_submit) == 1 and len(store.all()) == 1
+
+
 class SlowBackend:
     """A backend whose submission takes a while and checks that nobody holds the store lock."""
 
