@@ -44,6 +44,7 @@ class ThdParams(PackedSeqParams):
     cu_seqlens_kv_list: list[int] | None = None
     kv_gather_index: Tensor | None = None  # CP: gathered [cp*T] keys -> samples' global key order
     padding_segment: bool = False  # the last segment is pack padding: no attention computed for it
+    cu_seqlens_unpadded_list: list[int] | None = None  # CP: running sum of real lengths (TE's cu_seqlens_q)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ runtime width is the sum of (stored length - 1), which is what `packed_sequence_
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 
@@ -40,6 +41,8 @@ class Faults:
     per_microbatch_loss_mean: bool = False  # loss averaged per micro-batch, not per token of the step
     cp_wrong_chunks: bool = False  # CP rank r gets chunks 2r, 2r+1 while positions assume r, 2CP-1-r
     resume_data_from_start: bool = False  # resume restores the model but replays data from the start
+    sp_grads_not_reduced: bool = False  # SP norm weights keep their TP-partial grads (no TP all-reduce)
+    grad_norm_not_summed_over_tp: bool = False  # clipping norm from this rank's TP shards only
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Faults:
@@ -195,6 +198,72 @@ def pad_batch(samples: Sequence[Sample], pad_to: int | None = None) -> MicroBatc
     )
 
 
+def pad_for_sequence_parallel(batch: MicroBatch, tp: int, cp: int = 1) -> MicroBatch:
+    """Pad a micro-batch so that every rank's token count divides by TP (sequence parallel scatters
+    the sequence over the TP ranks). Padded rows get wider; a THD row gets (or extends) its padding
+    segment, no loss, and, for CP, chosen so that after `split_for_context_parallel`'s 2*CP alignment
+    of every segment each CP rank's share still divides by TP. Apply before the CP split."""
+    if tp <= 1:
+        return batch
+    width = int(batch.tokens.shape[1])
+    if batch.thd is None:
+        pad = (-width) % tp
+        if not pad:
+            return batch
+        rows = batch.tokens.shape[0]
+        grow = lambda t, v: torch.cat([t, t.new_full((rows, pad), v)], dim=1)  # noqa: E731
+        return replace(
+            batch,
+            tokens=grow(batch.tokens, PAD_TOKEN_ID),
+            labels=grow(batch.labels, PAD_TOKEN_ID),
+            loss_mask=grow(batch.loss_mask, 0),
+            position_ids=torch.arange(width + pad).expand(rows, width + pad),
+            padded_tokens=batch.padded_tokens + rows * pad,
+        )
+    assert batch.thd.cu_seqlens_list is not None
+    cu = list(batch.thd.cu_seqlens_list)
+    if cp > 1:
+        chunks = 2 * cp
+        aligned = sum(-(-(b - a) // chunks) * chunks for a, b in zip(cu[:-1], cu[1:], strict=True))
+        multiple = math.lcm(chunks, cp * tp)
+    else:
+        aligned, multiple = width, tp
+    pad = (-aligned) % multiple  # a multiple of 2*CP under CP, so the segment needs no alignment itself
+    if not pad:
+        return batch
+    positions = batch.position_ids[0]
+    if batch.thd.padding_segment:  # extend the pack's padding segment
+        cu[-1] += pad
+        new_positions = int(positions[-1]) + 1 + torch.arange(pad)
+    else:  # a padding segment of its own: attends only to itself, and is skipped by the kernel
+        cu.append(cu[-1] + pad)
+        new_positions = torch.arange(pad)
+    cu_t = torch.tensor(cu, dtype=torch.int32)
+    all_positions = torch.cat([positions, new_positions.to(positions.dtype)])
+    max_len = max(b - a for a, b in zip(cu[:-1], cu[1:], strict=True))
+    thd = replace(  # type: ignore[call-arg]
+        batch.thd,
+        cu_seqlens_q=cu_t,
+        cu_seqlens_kv=cu_t,
+        max_seqlen_q=max_len,
+        max_seqlen_kv=max_len,
+        position_ids=all_positions,
+        cu_seqlens_list=cu,
+        cu_seqlens_kv_list=cu,
+        padding_segment=True,
+    )
+    grow1 = lambda t, v: torch.cat([t, t.new_full((1, pad), v)], dim=1)  # noqa: E731
+    return replace(
+        batch,
+        tokens=grow1(batch.tokens, PAD_TOKEN_ID),
+        labels=grow1(batch.labels, PAD_TOKEN_ID),
+        loss_mask=grow1(batch.loss_mask, 0),
+        position_ids=all_positions.unsqueeze(0),
+        thd=thd,
+        padded_tokens=batch.padded_tokens + pad,
+    )
+
+
 def split_for_context_parallel(
     batch: MicroBatch, cp_size: int, cp_rank: int, cp_group: object, faults: Faults = NO_FAULTS
 ) -> MicroBatch:
@@ -220,7 +289,7 @@ def split_for_context_parallel(
 
     # Alignment padding per segment; positions continue past the segment end.
     pieces: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
-    padded_cu, real_flags, seen = [0], [], 0
+    padded_cu, unpadded_cu, real_flags, seen = [0], [0], [], 0
     for a, b in zip(cu[:-1], cu[1:], strict=True):
         n, pad = b - a, (a - b) % chunks
         last = int(positions[b - 1]) if n else -1
@@ -237,6 +306,7 @@ def split_for_context_parallel(
         seen += n
         real_flags.append(torch.cat([torch.full((n,), is_real), torch.zeros(pad, dtype=torch.bool)]))
         padded_cu.append(padded_cu[-1] + n + pad)
+        unpadded_cu.append(unpadded_cu[-1] + (n if is_real else 0))
     all_tok, all_lab, all_mask, all_pos = (torch.cat(x) for x in zip(*pieces, strict=True))
     all_real = torch.cat(real_flags)
 
@@ -285,6 +355,7 @@ def split_for_context_parallel(
         kv_gather_index=kv_gather_index,
         cp_group=cp_group,
         padding_segment=False,  # under CP the padding segment is split like a sample and attends
+        cu_seqlens_unpadded_list=unpadded_cu,
     )
     return MicroBatch(
         tokens=all_tok[take].unsqueeze(0),

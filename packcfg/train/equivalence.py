@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch
 from packcfg.train.mcore_compat import parallel_state
+from packcfg.train.parallel import grad_of
 from packcfg.train.step import forward_backward
 
 LOSS_ATOL = 1e-5
@@ -28,25 +29,37 @@ class LossAndGrads:
     grads: dict[str, torch.Tensor]  # full (TP-gathered) gradients by parameter name
 
 
-def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter's gradient at full size: TP shards gathered along their partition dim."""
+def _full(model: torch.nn.Module, name: str, p: torch.nn.Parameter, local: torch.Tensor) -> torch.Tensor:
+    """A TP shard gathered to full size along its partition dim (on CPU); replicated tensors as they are."""
     tp_group = parallel_state.get_tensor_model_parallel_group()
     tp = dist.get_world_size(tp_group)
+    g = local.detach().clone()
+    dim = int(getattr(p, "partition_dim", 0))
+    if tp > 1 and getattr(p, "tensor_model_parallel", False):
+        parts = [torch.empty_like(g) for _ in range(tp)]
+        dist.all_gather(parts, g.contiguous(), group=tp_group)
+        if name.endswith("mlp.linear_fc1.weight") and getattr(model.config, "gated_linear_unit", False):
+            # SwiGLU: each TP shard is [gate_r; up_r]; the full layout is [gate; up].
+            halves = [part.chunk(2, dim=dim) for part in parts]
+            parts = [h[0] for h in halves] + [h[1] for h in halves]
+        g = torch.cat(parts, dim=dim)
+    return g.cpu()
+
+
+def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient at full size (the fp32 main grad where there is one): TP shards
+    gathered along their partition dim."""
     out = {}
     for name, p in model.named_parameters():
-        assert p.grad is not None, f"{name}: no gradient"
-        g = p.grad.detach().clone()
-        dim = int(getattr(p, "partition_dim", 0))
-        if tp > 1 and getattr(p, "tensor_model_parallel", False):
-            parts = [torch.empty_like(g) for _ in range(tp)]
-            dist.all_gather(parts, g.contiguous(), group=tp_group)
-            if name.endswith("mlp.linear_fc1.weight") and getattr(model.config, "gated_linear_unit", False):
-                # SwiGLU: each TP shard is [gate_r; up_r]; the full layout is [gate; up].
-                halves = [part.chunk(2, dim=dim) for part in parts]
-                parts = [h[0] for h in halves] + [h[1] for h in halves]
-            g = torch.cat(parts, dim=dim)
-        out[name] = g.cpu()
+        g = grad_of(p)
+        assert g is not None, f"{name}: no gradient"
+        out[name] = _full(model, name, p, g)
     return out
+
+
+def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter at full size (TP shards gathered), on CPU."""
+    return {name: _full(model, name, p, p.data) for name, p in model.named_parameters()}
 
 
 def loss_and_grads(

@@ -9,7 +9,13 @@ from typing import Any
 
 import torch.distributed as dist
 
-from packcfg.train.batches import NO_FAULTS, Faults, Sample, split_for_context_parallel
+from packcfg.train.batches import (
+    NO_FAULTS,
+    Faults,
+    Sample,
+    pad_for_sequence_parallel,
+    split_for_context_parallel,
+)
 from packcfg.train.checkpoint import load_checkpoint, load_weights, resolve_checkpoint, save_checkpoint
 from packcfg.train.data import BatchPlan, PackedParquet, SampleUnits, Units
 from packcfg.train.hf.config import hf_source
@@ -57,7 +63,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
     master = None
     if s.model.bf16:  # bf16 model, fp32 master weights in the optimizer
         model.bfloat16()
-        master = MasterWeights(params)
+        master = MasterWeights(params, grad_reduce_in_fp32=s.grad_reduce_in_fp32)
         params = master.master_params
     optimizer = build_optimizer(model, s.optim, params)
     schedule = LrSchedule(optimizer, s.optim)
@@ -96,6 +102,8 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         data_step = step - start if options.faults.resume_data_from_start else step
         micro_batches = plan.micro_batches(data_step, options.faults)
         if layout.cp > 1:
+            if s.model.sequence_parallel:  # SP: each CP rank's share must divide by TP (pad before the split)
+                micro_batches = [pad_for_sequence_parallel(mb, layout.tp, layout.cp) for mb in micro_batches]
             micro_batches = [
                 split_for_context_parallel(mb, layout.cp, layout.cp_rank, context_group(), options.faults)
                 for mb in micro_batches

@@ -10,7 +10,16 @@ facts). Rather than patching megatron, the executor avoids those spots and this 
   `position_embedding_type="none"` and packcfg's core attention applies RoPE itself, vectorised.
 - `model_parallel_cuda_manual_seed` reads the CUDA RNG state: on CPU the RNG tracker is set to
   megatron's inference tracker, whose `fork()` is a no-op, and `torch.manual_seed` seeds everything.
-- `sequence_parallel` needs TE's LayerNorm: refused without TE (`check_supported`).
+- megatron's local spec builds its norms with `WrappedTorchNorm`, which asserts `not sequence_parallel`:
+  the local spec gets `SequenceParallelTorchNorm` instead (the same torch RMSNorm/LayerNorm, with the
+  weights marked `sequence_parallel` as megatron's `FusedLayerNorm` and TE's norms mark them), and the
+  block's final norm too (`local_block_spec`). The grads of those weights are partial sums per TP rank
+  and are summed over the TP group by `parallel.finalize_model_grads`, as megatron-core 0.16.1's
+  `distributed/finalize_model_grads.py` (`_allreduce_non_tensor_model_parallel_grads`) does.
+- Sequence parallel's gathers and reduce-scatters (`tensor_parallel/mappings.py`, `layers.py`, the
+  global memory buffer) allocate their outputs on `torch.cuda.current_device()`: on a machine without
+  CUDA, where that call can only raise, `cpu_current_device` makes it answer "cpu" for the duration of
+  a forward/backward with SP (`step.forward_backward`). Nothing changes where CUDA exists.
 - megatron's DDP, optimizer and schedules hard-code CUDA: the executor uses a plain torch loop.
 
 Version differences (0.16.1 is the newest for Python 3.11; later releases need 3.12) are handled
@@ -48,6 +57,7 @@ with quiet_megatron_import():
     from megatron.core import parallel_state, tensor_parallel
     from megatron.core.models.gpt import gpt_layer_specs
     from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -90,6 +100,21 @@ def initialize_model_parallel(tp: int, cp: int) -> None:
     parallel_state.initialize_model_parallel(**kwargs)
 
 
+@contextlib.contextmanager
+def cpu_current_device(active: bool = True) -> Iterator[None]:
+    """While active and only without CUDA: `torch.cuda.current_device()` returns the CPU device, so
+    megatron's SP collectives allocate their buffers on CPU (see the module docstring)."""
+    if not active or torch.cuda.is_available():
+        yield
+        return
+    original = torch.cuda.current_device
+    torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment,return-value]
+    try:
+        yield
+    finally:
+        torch.cuda.current_device = original  # type: ignore[assignment]
+
+
 def seed_model_parallel_rng(seed: int) -> None:
     """Seed torch and megatron's RNG tracker; on CPU the tracker becomes a no-op (no CUDA RNG to fork)."""
     torch.manual_seed(seed)
@@ -102,15 +127,67 @@ def seed_model_parallel_rng(seed: int) -> None:
         random_mod.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
 
 
+class SequenceParallelTorchNorm:
+    """megatron's `WrappedTorchNorm` without its `sequence_parallel` refusal: a torch RMSNorm (or
+    LayerNorm) whose parameters carry `sequence_parallel`, so their TP-partial gradients are summed over
+    the TP group like those of megatron's own SP norms (`FusedLayerNorm` sets the same attribute)."""
+
+    def __new__(  # type: ignore[misc]
+        cls,
+        config: Any,
+        hidden_size: int,
+        eps: float = 1e-5,
+        persist_layer_norm: bool = False,
+        zero_centered_gamma: bool = False,
+        normalization: str = "LayerNorm",
+    ) -> torch.nn.Module:
+        if getattr(config, "layernorm_zero_centered_gamma", False):
+            raise ValueError("layernorm_zero_centered_gamma is not supported by torch norms")
+        if config.normalization == "RMSNorm":
+            norm: torch.nn.Module = torch.nn.RMSNorm(normalized_shape=hidden_size, eps=eps)
+        elif config.normalization == "LayerNorm":
+            norm = torch.nn.LayerNorm(normalized_shape=hidden_size, eps=eps)
+        else:
+            raise ValueError(f"normalization {config.normalization!r} is not supported by the local spec")
+        for param in norm.parameters():
+            param.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+        return norm
+
+
 def local_layer_spec(core_attention: ModuleSpec, qk_layernorm: bool = False) -> ModuleSpec:
     """megatron's local (no-TE) GPT layer spec, RMSNorm (q/k norms too when asked), with
-    `core_attention` swapped in."""
+    `core_attention` swapped in and every norm a `SequenceParallelTorchNorm`."""
     kwargs: dict[str, Any] = {"qk_layernorm": qk_layernorm}
     if accepts_kwarg(gpt_layer_specs.get_gpt_layer_local_spec, "normalization"):
         kwargs["normalization"] = "RMSNorm"
     spec = gpt_layer_specs.get_gpt_layer_local_spec(**kwargs)
-    spec.submodules.self_attention.submodules.core_attention = core_attention
+    layer = spec.submodules
+    layer.input_layernorm = SequenceParallelTorchNorm
+    layer.pre_mlp_layernorm = SequenceParallelTorchNorm
+    attention = layer.self_attention.submodules
+    attention.core_attention = core_attention
+    if qk_layernorm:
+        # q/k norms act on full-sequence heads: not sequence parallel (their TP sum is by name, below).
+        attention.q_layernorm = attention.k_layernorm = _QkTorchNorm
     return spec
+
+
+class _QkTorchNorm(SequenceParallelTorchNorm):
+    """A q/k norm: same torch norm, never marked `sequence_parallel` (megatron sums its TP-partial grads
+    because `qk_layernorm` is on, not because of SP)."""
+
+    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> torch.nn.Module:  # type: ignore[misc]
+        norm = SequenceParallelTorchNorm.__new__(cls, config, hidden_size, eps, **kwargs)
+        for param in norm.parameters():
+            param.sequence_parallel = False  # type: ignore[attr-defined]
+        return norm
+
+
+def local_block_spec(core_attention: ModuleSpec, num_layers: int, qk_layernorm: bool = False) -> Any:
+    """The whole decoder block for the local spec: `local_layer_spec` per layer and a final norm that
+    accepts sequence parallel (megatron's default final norm for a layer spec is `WrappedTorchNorm`)."""
+    layer = local_layer_spec(core_attention, qk_layernorm=qk_layernorm)
+    return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=SequenceParallelTorchNorm)
 
 
 def te_layer_spec(qk_layernorm: bool = False) -> ModuleSpec:
@@ -120,8 +197,7 @@ def te_layer_spec(qk_layernorm: bool = False) -> ModuleSpec:
 
 def check_supported(*, use_te: bool, sequence_parallel: bool, pipeline_parallel: int) -> None:
     """Refuse, with the reason, what this executor cannot run (rather than failing deep in megatron)."""
-    if sequence_parallel and not use_te:
-        raise ValueError("model.sequence_parallel needs Transformer Engine (torch norms do not support it)")
+    del use_te, sequence_parallel  # both paths run SP (the local spec through SequenceParallelTorchNorm)
     if pipeline_parallel != 1:
         raise ValueError("the packcfg executor runs pipeline_model_parallel_size 1 only")
 

@@ -83,7 +83,9 @@ def build_model(settings: ModelSettings, seed: int) -> GPTModel:
             interpolation_factor=settings.seq_len_interpolation_factor,
         )
         attention = ModuleSpec(module=PackedCoreAttention, params={"rope": rope_spec if rope else None})
-        spec = mcore_compat.local_layer_spec(attention, qk_layernorm=settings.qk_layernorm)
+        spec = mcore_compat.local_block_spec(  # local block spec: its norms accept sequence parallel
+            attention, settings.num_layers, qk_layernorm=settings.qk_layernorm
+        )
         # packcfg's attention applies RoPE itself (vectorised over THD); megatron's would loop per sample.
         position_embedding = "none"
     model = GPTModel(

@@ -70,20 +70,30 @@ class LrSchedule:
 class MasterWeights:
     """bf16 training as megatron does it: the model holds bf16 parameters (forward and backward in
     bf16), AdamW updates fp32 master copies, which are copied back after each step. (Autocast would
-    not do on CPU: megatron's linear layers only pin their backward's dtype under CUDA autocast.)"""
+    not do on CPU: megatron's linear layers only pin their backward's dtype under CUDA autocast.)
 
-    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+    `grad_reduce_in_fp32` (Bridge recipes set `ddp.grad_reduce_in_fp32`): each model parameter gets an
+    fp32 `main_grad`, as megatron's DDP gives it a view into an fp32 grad buffer; `step.forward_backward`
+    adds every micro-batch's bf16 gradient into it and reduces it in fp32. Without it the gradient is
+    accumulated over micro-batches and reduced in bf16 (megatron's buffer in the parameters' dtype)."""
+
+    def __init__(self, params: list[torch.nn.Parameter], grad_reduce_in_fp32: bool = False) -> None:
         self.model_params = params
+        self.grad_reduce_in_fp32 = grad_reduce_in_fp32
         self.master_params = [torch.nn.Parameter(p.detach().float().clone()) for p in params]
         for master, p in zip(self.master_params, params, strict=True):
             # Carry megatron's TP attributes so TP-aware grad-norm clipping treats the copy alike.
-            for attr in ("tensor_model_parallel", "partition_dim", "partition_stride"):
+            for attr in ("tensor_model_parallel", "partition_dim", "partition_stride", "sequence_parallel"):
                 if hasattr(p, attr):
                     setattr(master, attr, getattr(p, attr))
+            if grad_reduce_in_fp32:
+                p.main_grad = torch.zeros_like(p, dtype=torch.float32)  # type: ignore[attr-defined]
 
     def grads_to_master(self) -> None:
         for master, p in zip(self.master_params, self.model_params, strict=True):
-            master.grad = None if p.grad is None else p.grad.float()
+            main = getattr(p, "main_grad", None)
+            grad = main if main is not None else p.grad
+            master.grad = None if grad is None else grad.float()
 
     def master_to_model(self) -> None:
         with torch.no_grad():

@@ -118,43 +118,93 @@ def all_reduce_sum(values: Sequence[float], group: dist.ProcessGroup | None = No
     return [float(v) for v in t.cpu()]
 
 
+def grad_of(p: torch.nn.Parameter) -> torch.Tensor | None:
+    """The gradient the step reduces, clips and applies: the fp32 `main_grad` when the parameter has
+    one (bf16 with `ddp.grad_reduce_in_fp32`, see `optim.MasterWeights`), else `.grad`."""
+    main = getattr(p, "main_grad", None)
+    return main if main is not None else p.grad
+
+
+def _all_reduce_flat(grads: Sequence[torch.Tensor], group: dist.ProcessGroup) -> None:
+    """Sum tensors over a group in one collective (one flat buffer per dtype)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for same in by_dtype.values():
+        flat = torch.cat([g.reshape(-1) for g in same])
+        dist.all_reduce(flat, group=group)
+        offset = 0
+        for g in same:
+            n = g.numel()
+            g.copy_(flat[offset : offset + n].view_as(g))
+            offset += n
+
+
 def all_reduce_gradients(params: Sequence[torch.nn.Parameter], group: dist.ProcessGroup) -> None:
     """Plain DP gradient sum (the loss is already divided by the global token count), one flat
-    buffer so it is one collective per step."""
+    buffer so it is one collective per step (fp32 when the grads are fp32 main grads)."""
     if dist.get_world_size(group) == 1:
         return
-    grads = [p.grad for p in params if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, group=group)
-    offset = 0
-    for g in grads:
-        n = g.numel()
-        g.copy_(flat[offset : offset + n].view_as(g))
-        offset += n
+    grads = [g for g in map(grad_of, params) if g is not None]
+    if grads:
+        _all_reduce_flat(grads, group)
 
 
-def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> float:
-    """Global grad norm over the whole model, TP-aware: TP shards are summed over the TP group,
-    parameters replicated across TP are counted once. Scales grads in place when above `max_norm`."""
-    sharded = torch.zeros((), dtype=torch.float64)
-    replicated = torch.zeros((), dtype=torch.float64)
-    for p in params:
-        if p.grad is None:
-            continue
-        sq = p.grad.detach().double().pow(2).sum().cpu()
-        if getattr(p, "tensor_model_parallel", False):
-            sharded += sq
-        else:
-            replicated += sq
+def tp_partial_grad_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Parameters replicated over TP whose gradient each TP rank holds only a part of, as megatron-core
+    0.16.1 `distributed/finalize_model_grads.py` (`_allreduce_non_tensor_model_parallel_grads`) picks
+    them: norm weights marked `sequence_parallel` when SP is on (each rank saw only its share of the
+    tokens), and q/k norm weights when `qk_layernorm` is on (each rank saw only its heads)."""
+    config = getattr(model, "config", None)
+    sp = bool(getattr(config, "sequence_parallel", False))
+    qk = bool(getattr(config, "qk_layernorm", False))
+    return [
+        p
+        for name, p in model.named_parameters()
+        if p.requires_grad
+        and (
+            (sp and getattr(p, "sequence_parallel", False))
+            or (qk and ("q_layernorm" in name or "k_layernorm" in name))
+        )
+    ]
+
+
+def finalize_model_grads(model: torch.nn.Module, *, reduce_tp_partial: bool = True) -> None:
+    """What megatron's `finalize_model_grads` does for PP 1: sum the gradients over DP x CP, then sum
+    the TP-partial gradients of replicated parameters (`tp_partial_grad_params`) over the TP group.
+    `reduce_tp_partial=False` is the `sp_grads_not_reduced` control."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    all_reduce_gradients(params, data_context_group())
     tp_group = parallel_state.get_tensor_model_parallel_group()
-    if dist.get_world_size(tp_group) > 1:
-        sharded = sharded.to("cuda") if torch.cuda.is_available() else sharded
-        dist.all_reduce(sharded, group=tp_group)
-        sharded = sharded.cpu()
-    norm = float((sharded + replicated).sqrt())
+    if not reduce_tp_partial or dist.get_world_size(tp_group) == 1:
+        return
+    grads = [g for g in map(grad_of, tp_partial_grad_params(model)) if g is not None]
+    if grads:
+        _all_reduce_flat(grads, tp_group)
+
+
+def clip_grad_norm(
+    params: Sequence[torch.nn.Parameter], max_norm: float, *, sum_over_tp: bool = True
+) -> float:
+    """Global grad norm over the whole model, as megatron-core's `get_grad_norm_fp32`: squares of
+    TP-sharded gradients on every TP rank plus those of TP-replicated parameters on TP rank 0 only
+    (`param_is_not_tensor_parallel_duplicate`), summed over the TP group. Replicated gradients are equal
+    on all TP ranks by then (`finalize_model_grads` summed the SP/q-k norm ones), so each counts once.
+    Scales grads in place when above `max_norm`. `sum_over_tp=False` is the
+    `grad_norm_not_summed_over_tp` control."""
+    tp_group = parallel_state.get_tensor_model_parallel_group()
+    tp_rank = dist.get_rank(tp_group)
+    grads = [(p, g) for p in params if (g := grad_of(p)) is not None]
+    device = grads[0][1].device if grads else torch.device("cpu")
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for p, g in grads:
+        if getattr(p, "tensor_model_parallel", False) or tp_rank == 0:
+            total += g.detach().double().pow(2).sum()
+    if sum_over_tp and dist.get_world_size(tp_group) > 1:
+        dist.all_reduce(total, group=tp_group)
+    norm = float(total.sqrt())
     if max_norm > 0 and norm > max_norm:
         scale = max_norm / (norm + 1e-6)
-        for p in params:
-            if p.grad is not None:
-                p.grad.mul_(scale)
+        for _, g in grads:
+            g.mul_(scale)
     return norm

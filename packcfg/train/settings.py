@@ -178,6 +178,7 @@ class TrainSettings:
     load_dir: Path | None
     pretrained_dir: Path | None
     output_dir: Path
+    grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32: bf16 grads accumulated/reduced in fp32
 
     @classmethod
     def from_config(
@@ -211,4 +212,5 @@ class TrainSettings:
             load_dir=path(ck.get("load")),
             pretrained_dir=path(ck.get("pretrained_checkpoint")),
             output_dir=Path(output_dir) if output_dir else Path("runs") / name,
+            grad_reduce_in_fp32=_truthy(_section(config, "ddp").get("grad_reduce_in_fp32", False)),
         )

@@ -3,7 +3,9 @@
 The loss is the sum of per-token cross entropy over supervised tokens, divided by the number of
 supervised tokens in the whole global batch (all micro-batches, all DP and CP ranks), so it does not
 depend on how tokens are split into packs, micro-batches or ranks. Gradients are then summed over
-DP x CP; TP ranks see the same tokens and are not counted twice.
+DP x CP; TP ranks see the same tokens and are not counted twice. With bf16 and
+`ddp.grad_reduce_in_fp32`, each micro-batch's gradient is added into fp32 main grads (megatron's DDP
+grad buffer in fp32) and those are what is reduced.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import torch
 from torch import Tensor
 
 from packcfg.train.attention import ThdParams
-from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch
-from packcfg.train.mcore_compat import quiet_megatron_import
-from packcfg.train.parallel import all_reduce_gradients, all_reduce_sum, data_context_group
+from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch, pad_for_sequence_parallel
+from packcfg.train.mcore_compat import cpu_current_device, parallel_state, quiet_megatron_import
+from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
 
 with quiet_megatron_import():
     from megatron.core.packed_seq_params import PackedSeqParams
@@ -67,26 +69,80 @@ def _to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
     )
 
 
-def _te_params(thd: ThdParams) -> PackedSeqParams:
-    """TE's view of a THD batch: global (padded) cu_seqlens; TE splits for CP and applies RoPE itself."""
-    cu = thd.cu_seqlens_kv_padded if thd.cu_seqlens_kv_padded is not None else thd.cu_seqlens_kv
-    max_len = thd.max_seqlen_kv
+def bridge_packed_metadata(thd: ThdParams) -> dict[str, Tensor]:
+    """The packed-sequence keys Megatron Bridge's packed SFT collate (`data/datasets/sft.py`,
+    `GPTSFTPackedDataset.collate_fn`, v0.3.1) produces for this pack: `cu_seqlens` = physical (padded)
+    bounds, pack padding included, `-1`-filled; `max_seqlen` = the longest padded segment; and, only
+    when segments carry alignment padding (Bridge: `pad_seq_to_mult > 1`, i.e. CP), `cu_seqlens_unpadded`
+    = running sum of real lengths, the pack's padding segment counting 0."""
+    padded = thd.cu_seqlens_kv_list or thd.cu_seqlens_list
+    assert padded is not None
+    lengths = [b - a for a, b in zip(padded[:-1], padded[1:], strict=True)]
+    out = {
+        "cu_seqlens": torch.tensor([[*padded, -1]], dtype=torch.int32),
+        "cu_seqlens_argmin": torch.tensor([[len(padded)]]),
+        "max_seqlen": torch.tensor([[max(lengths)]], dtype=torch.int32),
+    }
+    real = thd.cu_seqlens_unpadded_list
+    if real is not None and real != padded:
+        out["cu_seqlens_unpadded"] = torch.tensor([[*real, -1]], dtype=torch.int32)
+        out["cu_seqlens_unpadded_argmin"] = torch.tensor([[len(real)]])
+    return out
+
+
+def bridge_packed_seq_params(batch: dict[str, Tensor]) -> PackedSeqParams:
+    """`PackedSeqParams` from a packed batch's metadata exactly as Megatron Bridge's
+    `training/utils/packed_seq_utils.get_packed_seq_params` builds them for packed SFT batches (the
+    `cu_seqlens` branch, identical in v0.3.1 and main 067f987): trim each `-1`-filled list at its argmin
+    (the precomputed one when given), then with `cu_seqlens_unpadded` q/kv = unpadded and q/kv_padded =
+    padded, else q/kv = padded and no padded fields; `max_seqlen` for q and kv (an int, as on main;
+    v0.3.1 passes the 0-d tensor)."""
+    padded = batch["cu_seqlens"].squeeze()
+    unpadded = batch.get("cu_seqlens_unpadded")
+    if unpadded is not None:
+        unpadded = unpadded.squeeze()
+    argmin = batch.get("cu_seqlens_argmin")
+    padded = padded[: int(argmin.item()) if argmin is not None else int(torch.argmin(padded))]
+    if unpadded is not None:
+        u_argmin = batch.get("cu_seqlens_unpadded_argmin")
+        unpadded = unpadded[: int(u_argmin.item()) if u_argmin is not None else int(torch.argmin(unpadded))]
+    max_seqlen = int(batch["max_seqlen"].squeeze().item()) if "max_seqlen" in batch else None
+    if unpadded is not None:
+        return PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=unpadded,
+            cu_seqlens_kv=unpadded,
+            cu_seqlens_q_padded=padded,
+            cu_seqlens_kv_padded=padded,
+            max_seqlen_q=max_seqlen,
+            max_seqlen_kv=max_seqlen,
+        )
     return PackedSeqParams(
         qkv_format="thd",
-        cu_seqlens_q=cu,
-        cu_seqlens_kv=cu,
-        cu_seqlens_q_padded=cu,
-        cu_seqlens_kv_padded=cu,
-        max_seqlen_q=max_len,
-        max_seqlen_kv=max_len,
+        cu_seqlens_q=padded,
+        cu_seqlens_kv=padded,
+        max_seqlen_q=max_seqlen,
+        max_seqlen_kv=max_seqlen,
     )
+
+
+def _te_params(thd: ThdParams, device: torch.device) -> PackedSeqParams:
+    """TE's view of a THD batch, as Bridge hands it to TE: global cu_seqlens (TE splits for CP and
+    applies RoPE itself), on the model's device."""
+    params = bridge_packed_seq_params(bridge_packed_metadata(thd))
+    moved = {
+        f.name: getattr(params, f.name).to(device)
+        for f in fields(params)
+        if isinstance(getattr(params, f.name), Tensor)
+    }
+    return replace(params, **moved)
 
 
 def per_token_losses(model: torch.nn.Module, mb: MicroBatch, use_te: bool = False) -> Tensor:
     """The model's per-token cross entropy `[b, s]` for one micro-batch."""
     params = mb.thd
     if params is not None and use_te:
-        params = _te_params(params)  # type: ignore[assignment]
+        params = _te_params(params, mb.tokens.device)  # type: ignore[assignment]
     return model(
         input_ids=mb.tokens,
         position_ids=mb.position_ids,
@@ -94,6 +150,26 @@ def per_token_losses(model: torch.nn.Module, mb: MicroBatch, use_te: bool = Fals
         labels=mb.labels,
         packed_seq_params=params,
     )
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _sequence_parallel_ready(model: torch.nn.Module, mb: MicroBatch) -> MicroBatch:
+    """Under SP the token count must divide by TP: pad it (CP-split batches must come padded, since
+    padding after the split would break the key order; `pad_for_sequence_parallel` before the split)."""
+    if not getattr(getattr(model, "config", None), "sequence_parallel", False):
+        return mb
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    if mb.thd is not None and mb.thd.kv_gather_index is not None:
+        if mb.tokens.shape[1] % tp:
+            raise ValueError(
+                f"sequence parallel: this CP rank holds {mb.tokens.shape[1]} tokens, not a multiple of "
+                f"TP {tp}; call pad_for_sequence_parallel before split_for_context_parallel"
+            )
+        return mb
+    return pad_for_sequence_parallel(mb, tp)
 
 
 def forward_backward(
@@ -104,24 +180,35 @@ def forward_backward(
     use_te: bool = False,
     device: torch.device | None = None,
 ) -> tuple[float, StepTokens]:
-    """Accumulate gradients of the global per-token loss over this rank's micro-batches, sum them
-    over DP x CP, and return the global loss and token counts."""
+    """Accumulate gradients of the global per-token loss over this rank's micro-batches (into fp32
+    `main_grad`s where the parameters have them), reduce them as megatron's `finalize_model_grads`
+    does, and return the global loss and token counts. Batches go to the model's device."""
+    micro_batches = [_sequence_parallel_ready(model, mb) for mb in micro_batches]
     tokens = count_tokens(micro_batches)
-    device = device or torch.device("cpu")
+    device = device or model_device(model)
     denominator = max(tokens.loss_tokens, 1)
+    params = [p for p in model.parameters() if p.requires_grad]
+    main = [p for p in params if getattr(p, "main_grad", None) is not None]
+    for p in main:
+        p.main_grad.zero_()
     local_loss = 0.0
+    sequence_parallel = bool(getattr(getattr(model, "config", None), "sequence_parallel", False))
     for mb in micro_batches:
         mb = _to_device(mb, device)
-        losses = per_token_losses(model, mb, use_te=use_te)
-        loss_sum = (losses.float() * mb.loss_mask).sum()
-        if faults.per_microbatch_loss_mean:
-            # The bug this control reproduces: each micro-batch averaged on its own, then averaged.
-            scaled = loss_sum / max(mb.loss_tokens, 1) / tokens.micro_batches
-        else:
-            scaled = loss_sum / denominator
-        scaled.backward()
+        with cpu_current_device(active=sequence_parallel):  # SP collectives on CPU (mcore_compat)
+            losses = per_token_losses(model, mb, use_te=use_te)
+            loss_sum = (losses.float() * mb.loss_mask).sum()
+            if faults.per_microbatch_loss_mean:
+                # The bug this control reproduces: each micro-batch averaged on its own, then averaged.
+                scaled = loss_sum / max(mb.loss_tokens, 1) / tokens.micro_batches
+            else:
+                scaled = loss_sum / denominator
+            scaled.backward()
+        for p in main:  # megatron DDP's grad hook: main_grad += grad, then drop the bf16 grad
+            if p.grad is not None:
+                p.main_grad.add_(p.grad)
+                p.grad = None
         local_loss += float(scaled.detach())
-    params = [p for p in model.parameters() if p.requires_grad]
-    all_reduce_gradients(params, data_context_group())
+    finalize_model_grads(model, reduce_tp_partial=not faults.sp_grads_not_reduced)
     (loss,) = all_reduce_sum([local_loss], data_context_group())
     return loss, tokens
