@@ -285,7 +285,7 @@ def merge_documents(
     if base is not None:
         merged, tree, base_doc = _under_base(base, merged, tree, flatten, lint=mode == "lint")
     for override in parsed:
-        merged = _apply_override(merged, tree, override, flatten)
+        merged = _apply_override(merged, tree, override, flatten, strict=base_doc is not None)
     if base_doc is not None and mode == "lint":
         merged, tree = _known_only(merged, tree)
     files = [doc.file for doc in documents] or [override_source(overrides[0]) if overrides else "<string>"]
@@ -390,9 +390,12 @@ def _known_only(data: dict[str, Any], tree: PositionTree) -> tuple[dict[str, Any
 
 
 def _apply_override(
-    merged: dict[str, Any], tree: PositionTree, override: Override, flatten: bool
+    merged: dict[str, Any], tree: PositionTree, override: Override, flatten: bool, strict: bool = False
 ) -> dict[str, Any]:
-    """Hydra's `_apply_overrides_to_config` (hydra-core 1.3.2), as Bridge's `parse_hydra_overrides` runs it."""
+    """Hydra's `_apply_overrides_to_config` (hydra-core 1.3.2), as Bridge's `parse_hydra_overrides` runs it.
+
+    `strict` (a base recipe is merged, so the config holds every field Bridge's does): Bridge sets the config
+    to struct mode first, so `KEY=VALUE` on a key that is not there is an error, as in Bridge."""
     path = override.path
     if flatten and len(path) > 2 and path[:2] == ("model", "transformer"):
         path = ("model", *path[2:])  # a builder-backed model's nested field is the model field (read_dump)
@@ -413,6 +416,11 @@ def _apply_override(
     if _conflict(current, override.value):
         raise ConfigError(
             f"override {override.text!r}: cannot merge a mapping into the list at {key!r} (Hydra: Error merging override)"
+        )
+    if strict and override.kind == "set" and current is _ABSENT and path[0] not in _OWN_SECTIONS:
+        raise ConfigError(
+            f"override {override.text!r}: could not override {key!r}: the config (with its base recipe) has no "
+            f"such key; to add one use '+{override.text}'"
         )
     if override.kind == DELETE:
         if current is _ABSENT or current is None:
@@ -447,6 +455,7 @@ def _apply_override(
 
 
 _ABSENT: Any = object()
+_OWN_SECTIONS = ("recipe", "launch")  # packcfg's own sections: not part of Bridge's struct config
 
 
 def _lookup(config: Any, path: Sequence[str]) -> Any:

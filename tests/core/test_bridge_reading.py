@@ -370,3 +370,12 @@ def test_interpolation_matches_omegaconf_to_container_resolve(tmp_path: Path) ->
         located = merge_documents([load_text(text, "i.yaml")])
         ours = "ERR" if any(p.code == "SC002" for _, p in located.problems) else located.data
         assert ours == theirs, text
+
+
+def test_override_of_a_key_the_base_lacks_is_an_error_as_in_bridge(recipes: Path) -> None:
+    # Bridge's parse_hydra_overrides sets struct mode: `KEY=VALUE` needs the key, `+KEY=VALUE` adds it
+    doc = load_text("recipe:\n  base: tiny_offline_base\n", "ov.yaml")
+    with pytest.raises(ConfigError, match=r"could not override 'train.micro_batch_sise'.*\+train"):
+        merge_documents([doc], ["train.micro_batch_sise=2"])
+    assert merge_documents([doc], ["+train.micro_batch_sise=2"]).data["train"]["micro_batch_sise"] == 2
+    assert merge_documents([doc], ["launch.nodes=2"]).data["launch"] == {"nodes": 2}  # packcfg's own section
