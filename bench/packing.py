@@ -298,10 +298,12 @@ def _write_sources(folder: Path, n: int) -> tuple[Path, Path, int]:
 def _timed_cli(args: list[str]) -> tuple[float, float, int]:
     """Run `packcfg ARGS` in a fresh interpreter: (wall s, peak RSS MiB, exit code)."""
     code = (
-        "import resource, sys, time\n"
+        "import sys, time\n"
         "from packcfg.cli import main\n"
         "t = time.perf_counter(); rc = main(sys.argv[1:]); dt = time.perf_counter() - t\n"
-        "print('BENCH', dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rc, file=sys.stderr)\n"
+        # VmHWM, not ru_maxrss: ru_maxrss survives exec and would count the forking parent's memory
+        "hwm = next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM:'))\n"
+        "print('BENCH', dt, hwm, rc, file=sys.stderr)\n"
     )
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -197,6 +197,11 @@ def write_packed(
     )
     written = 0
     digest = 0
+    # pyarrow >= 17 adds footer metadata at close (with the digest); older ones take it at open (the
+    # digest then lives in the metadata JSON only)
+    late = hasattr(pq.ParquetWriter, "add_key_value_metadata")
+    if file_metadata is not None and not late:
+        schema = schema.with_metadata({PARQUET_KEY: json.dumps(file_metadata, sort_keys=True)})
     with atomic_path(out_path, inputs=inputs, what="packed file") as tmp:
         with pq.ParquetWriter(
             tmp,
@@ -227,8 +232,8 @@ def write_packed(
                     raise OSError("injected failure (test)")
             if file_metadata is not None:
                 file_metadata["samples_digest"] = f"{digest:016x}"
-                # written into the footer at close: the digest is known only now
-                writer.add_key_value_metadata({PARQUET_KEY: json.dumps(file_metadata, sort_keys=True)})
+                if late:  # written into the footer at close: the digest is known only now
+                    writer.add_key_value_metadata({PARQUET_KEY: json.dumps(file_metadata, sort_keys=True)})
     return row_order
 
 

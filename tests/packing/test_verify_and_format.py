@@ -191,3 +191,18 @@ def test_packed_file_is_at_least_twice_smaller_than_plain(tmp_path, capsys):
     plain = tmp_path / "plain.parquet"
     pq.write_table(pq.read_table(out), plain, compression="none", use_dictionary=False)
     assert out.stat().st_size * 2 <= plain.stat().st_size, (out.stat().st_size, plain.stat().st_size)
+
+
+def test_older_pyarrow_without_footer_metadata_still_marks_the_file(tmp_path, capsys, monkeypatch):
+    """pyarrow < 17 has no ParquetWriter.add_key_value_metadata: the entry goes in at open (no digest)."""
+    from packcfg.packing.writer import parquet_entry
+
+    monkeypatch.delattr(pq.ParquetWriter, "add_key_value_metadata")
+    src = write_jsonl(tmp_path / "d.jsonl", random_token_rows(40, seed=8))
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "200", "-q")
+    assert rc == 0, err
+    out = tmp_path / "d.packed.parquet"
+    entry = parquet_entry(out)
+    assert entry is not None and "samples_digest" not in entry
+    rc, text, err = run_cli(capsys, "verify", out)
+    assert rc == 0 and "samples digest matches" in text, err  # the digest from the metadata JSON
