@@ -300,7 +300,8 @@ def _as_read(doc: YamlDocument, flatten: bool) -> tuple[dict[str, Any], Position
     data, positions = doc.data or {}, doc.positions
     model = data.get("model")
     enums = "_name_" in doc.text
-    if flatten and (enums or (isinstance(model, dict) and isinstance(model.get("transformer"), dict))):
+    builder = isinstance(model, dict) and (isinstance(model.get("transformer"), dict) or "_builder_" in model)
+    if flatten and (enums or builder):
         from packcfg.core.normalize import read_dump
 
         data, positions = read_dump(data, positions, enums=enums)

@@ -149,16 +149,20 @@ def read_dump(
                 pos_out[key] = pos_copy
     for section, block in NESTED_PROVIDER_BLOCKS:
         sec = out.get(section)
-        if not isinstance(sec, dict) or not isinstance(sec.get(block), dict):
+        if not isinstance(sec, dict) or not (isinstance(sec.get(block), dict) or "_builder_" in sec):
             continue
         if out is data:
             out, pos_out = dict(data), dict(positions)
         sec_pos = pos_out.get(section)
         sec_children = dict(sec_pos.children) if sec_pos is not None else {}
         block_pos = sec_children.pop(block, None)
-        new_sec = {k: v for k, v in sec.items() if k not in (block, "_builder_")}
+        nested = isinstance(sec.get(block), dict)
+        dropped = (block, "_builder_") if nested else ("_builder_",)
+        new_sec = {k: v for k, v in sec.items() if k not in dropped}
         sec_children.pop("_builder_", None)
-        for k, v in sec[block].items():
+        if not nested and block_pos is not None:
+            sec_children[block] = block_pos
+        for k, v in (sec.get(block) if isinstance(sec.get(block), dict) else {}).items():
             if k == "_target_" or k in new_sec:
                 continue  # the block's own class; a field set at `model` level wins
             new_sec[k] = v
