@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from packcfg import __version__
+from packcfg.core.base_recipes import is_base_source
 from packcfg.core.config import is_override_source
 from packcfg.core.diagnostics import Diagnostic
 
@@ -73,7 +74,7 @@ def render(diagnostics: Sequence[Diagnostic], files: Sequence[str], *, color: bo
         }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
-        if is_override_source(d.file):
+        if is_override_source(d.file) or is_base_source(d.file):  # no file to point at: say where it came from
             result["message"]["text"] = f"{d.message} (set by {d.file[1:-1]})"
         else:
             result["locations"] = [
