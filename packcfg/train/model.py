@@ -25,7 +25,6 @@ def use_transformer_engine(settings: ModelSettings) -> bool:
 
 
 def transformer_config(settings: ModelSettings, use_te: bool) -> TransformerConfig:
-    on_gpu = torch.cuda.is_available()
     wanted = dict(
         num_layers=settings.num_layers,
         hidden_size=settings.hidden_size,
@@ -47,8 +46,9 @@ def transformer_config(settings: ModelSettings, use_te: bool) -> TransformerConf
         context_parallel_size=settings.cp,
         pipeline_model_parallel_size=1,
         sequence_parallel=settings.sequence_parallel,
-        # Full master weights from one seed on CPU, then sliced: TP=2 equals TP=1 exactly.
-        use_cpu_initialization=not on_gpu,
+        # Full master weights from one seed on CPU, then sliced, on every device: TP=2 starts from
+        # TP=1's weights exactly (GPU initialisation draws each shard from a per-rank CUDA RNG).
+        use_cpu_initialization=True,
         params_dtype=torch.float32,  # fp32 master weights; bf16 runs under autocast
         calculate_per_token_loss=True,
         # Fused kernels are CUDA-only; the local path turns every fusion off.
