@@ -20,7 +20,7 @@ from typing import Any
 from packcfg.core.base_recipes import base_source
 from packcfg.core.diagnostics import ConfigPath, Position
 from packcfg.core.interpolate import Unknown, has_interpolation, is_unknown
-from packcfg.core.overrides import DELETE, ADD, Override, OverrideError
+from packcfg.core.overrides import ADD, DELETE, Override, OverrideError
 from packcfg.core.overrides import parse_override as _parse_override
 from packcfg.core.yamlsource import LoadProblem, PosNode, YamlDocument, load_file
 
@@ -381,7 +381,10 @@ def _known_only(data: dict[str, Any], tree: PositionTree) -> tuple[dict[str, Any
         keep = {
             k: v
             for k, v in value.items()
-            if k in fields or k.startswith("_") or k not in children_pos or not is_base_source(children_pos[k].file)
+            if k in fields
+            or k.startswith("_")
+            or k not in children_pos
+            or not is_base_source(children_pos[k].file)
         }
         out[section] = keep
         if pos is not None:
@@ -406,11 +409,15 @@ def _apply_override(
     parent = _lookup(merged, path[:-1]) if len(path) > 1 else merged
     if isinstance(parent, list):  # `a.l.0=5`: OmegaConf.update sets a list element in place
         if override.kind == DELETE:
-            raise ConfigError(f"override {override.text!r}: could not delete {key!r}: Hydra cannot delete a list item")
+            raise ConfigError(
+                f"override {override.text!r}: could not delete {key!r}: Hydra cannot delete a list item"
+            )
         if current is _ABSENT:
             raise ConfigError(f"override {override.text!r}: {key!r} is past the end of the list")
         if override.kind == ADD and current is not None and not isinstance(override.value, dict | list):
-            raise ConfigError(f"override {override.text!r}: could not add {key!r}: it is already set to {current!r}")
+            raise ConfigError(
+                f"override {override.text!r}: could not add {key!r}: it is already set to {current!r}"
+            )
         parent[int(path[-1])] = _clone(override.value)
         _set_tree(tree, path, _uniform(override.value, position))
         return merged
@@ -425,7 +432,9 @@ def _apply_override(
         )
     if override.kind == DELETE:
         if current is _ABSENT or current is None:
-            raise ConfigError(f"override {override.text!r}: could not delete {key!r}: it is not in the config")
+            raise ConfigError(
+                f"override {override.text!r}: could not delete {key!r}: it is not in the config"
+            )
         if override.has_value and override.value != current:
             raise ConfigError(
                 f"override {override.text!r}: could not delete {key!r}: its value is {current!r}, "
@@ -433,8 +442,11 @@ def _apply_override(
             )
         _delete_path(merged, tree, path)
         return merged
-    if override.kind == ADD and current is not _ABSENT and current is not None and not isinstance(
-        override.value, dict | list
+    if (
+        override.kind == ADD
+        and current is not _ABSENT
+        and current is not None
+        and not isinstance(override.value, dict | list)
     ):
         raise ConfigError(
             f"override {override.text!r}: could not add {key!r}: it is already set to {current!r}; "
@@ -573,7 +585,11 @@ def _bridge_fills_in(target: tuple[str, ...]) -> bool:
 
 
 def load_located(
-    paths: Sequence[str | Path], overrides: Sequence[str] = (), *, mode: str = "keep", recipe: str | None = None
+    paths: Sequence[str | Path],
+    overrides: Sequence[str] = (),
+    *,
+    mode: str = "keep",
+    recipe: str | None = None,
 ) -> LocatedConfig:
     """Merge the YAML files in order, then the overrides, keeping where every key was set."""
     return merge_documents([load_document(p) for p in paths], overrides, mode=mode, recipe=recipe)

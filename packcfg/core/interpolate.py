@@ -180,7 +180,9 @@ class _Resolver:
             if text.startswith("${", i):
                 end = _closing(text, i + 2)
                 if end < 0:  # OmegaConf: GrammarParseError; Bridge fails on it
-                    self.problems.append(Problem(path, f"{'.'.join(path)}: interpolation {text!r} is not closed"))
+                    self.problems.append(
+                        Problem(path, f"{'.'.join(path)}: interpolation {text!r} is not closed")
+                    )
                     raise ResolveError
                 if literal:
                     pieces.append("".join(literal))
@@ -204,7 +206,9 @@ class _Resolver:
             return self.resolver(expr, body, path)
         target = self.target(body, path)
         if target is None:
-            self.problems.append(Problem(path, f"{'.'.join(path)}: interpolation {expr} goes above the top level"))
+            self.problems.append(
+                Problem(path, f"{'.'.join(path)}: interpolation {expr} goes above the top level")
+            )
             raise ResolveError
         return self.value_at(target, path, expr)
 
@@ -233,7 +237,9 @@ class _Resolver:
                 if _:
                     default = default.strip()
                     return None if default == "null" else default.strip("'\"")
-                self.problems.append(Problem(path, f"{'.'.join(path)}: environment variable {var.strip()!r} is not set"))
+                self.problems.append(
+                    Problem(path, f"{'.'.join(path)}: environment variable {var.strip()!r} is not set")
+                )
                 raise ResolveError
             self.problems.append(
                 Problem(path, f"{'.'.join(path)}: packcfg cannot evaluate the resolver in {expr}")

@@ -81,7 +81,9 @@ SCALARS = ["1e-5", "5.0e-6", "1E4", "1e5x", "2024-01-01", "yes", "On", "NO", "0x
            ".inf", "-.Inf", "1:30", "1:30.5", "null", "~", "True", "y", "+1", "1.", ".5e-3", "1e+5", "-0"]  # fmt: skip
 
 
-@pytest.mark.skipif(not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with omegaconf 2.3.0")
+@pytest.mark.skipif(
+    not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with omegaconf 2.3.0"
+)
 def test_scalars_match_omegaconf_load_exactly(tmp_path: Path) -> None:
     text = "".join(f"k{i}: {s}\n" for i, s in enumerate(SCALARS))
     (tmp_path / "s.yaml").write_text(text)
@@ -90,7 +92,9 @@ def test_scalars_match_omegaconf_load_exactly(tmp_path: Path) -> None:
         "c = OmegaConf.to_container(OmegaConf.load(sys.argv[1])); "
         "print(json.dumps({k: [type(v).__name__, repr(v)] for k, v in c.items()}))"
     )
-    out = subprocess.run([str(ORACLE_PY), "-c", code, str(tmp_path / "s.yaml")], capture_output=True, text=True)
+    out = subprocess.run(
+        [str(ORACLE_PY), "-c", code, str(tmp_path / "s.yaml")], capture_output=True, text=True
+    )
     theirs = json.loads(out.stdout)
     ours = {k: [type(v).__name__, repr(v)] for k, v in load_text(text).data.items()}
     assert ours == theirs
@@ -101,7 +105,9 @@ def test_scalars_match_omegaconf_load_exactly(tmp_path: Path) -> None:
 
 def test_interpolation_resolves_after_the_merge_with_the_type_of_its_target() -> None:
     # old: `${model.seq_length}` stayed a string: SC002 / PK103 on a valid file
-    text = CP2_SFT.replace("  seq_length: 4096\n  pad_to_max", "  seq_length: ${model.seq_length}\n  pad_to_max")
+    text = CP2_SFT.replace(
+        "  seq_length: 4096\n  pad_to_max", "  seq_length: ${model.seq_length}\n  pad_to_max"
+    )
     text = text.replace("packed_sequence_size: 4096", "packed_sequence_size: ${dataset.seq_length}")
     assert "seq_length: ${model.seq_length}" in text
     assert _lint(text) == []
@@ -138,7 +144,9 @@ def test_env_resolver_makes_the_value_unknown_not_wrong() -> None:
 
 def test_env_resolver_reads_the_environment_when_packcfg_runs_the_config(tmp_path, monkeypatch) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text("train:\n  micro_batch_size: ${oc.env:PACKCFG_TEST_MBS}\n  gbs: ${oc.env:PACKCFG_NOPE,8}\n")
+    path.write_text(
+        "train:\n  micro_batch_size: ${oc.env:PACKCFG_TEST_MBS}\n  gbs: ${oc.env:PACKCFG_NOPE,8}\n"
+    )
     monkeypatch.setenv("PACKCFG_TEST_MBS", "2")
     assert load_config([path])["train"] == {"micro_batch_size": "2", "gbs": "8"}
     monkeypatch.delenv("PACKCFG_TEST_MBS")
@@ -149,7 +157,11 @@ def test_env_resolver_reads_the_environment_when_packcfg_runs_the_config(tmp_pat
 def test_missing_target_and_cycle_are_sc002_at_the_interpolation() -> None:
     diags = _lint("model:\n  seq_length: ${dataset.seq_lenght}\n")
     (d,) = [d for d in diags if d.code == "SC002"]
-    assert (d.line, d.column) == (2, 3) and "dataset.seq_lenght" in d.message and "not in the config" in d.message
+    assert (
+        (d.line, d.column) == (2, 3)
+        and "dataset.seq_lenght" in d.message
+        and "not in the config" in d.message
+    )
     (d,) = [d for d in _lint("a:\n  x: ${b.y}\nb:\n  y: ${a.x}\n") if d.code == "SC002"]
     assert "recursive interpolation" in d.message
 
@@ -248,9 +260,13 @@ def test_override_file_is_linted_over_its_base_recipe(recipes: Path, tmp_path: P
     pk = [d for d in diags if d.code == "PK110"]
     assert pk and (pk[0].file, pk[0].line) == (str(override), 4)
     assert not any(d.code == "SC003" for d in diags)  # Bridge's own keys (bridge_only_field...) never SC003
-    assert not any(d.code.startswith("DP") for d in diags)  # nor its release's spelling (packed_sequence_specs)
+    assert not any(
+        d.code.startswith("DP") for d in diags
+    )  # nor its release's spelling (packed_sequence_specs)
     # a value that comes from the base names the recipe, not a line of the user's file
-    base_diags = engine.lint_config([override], overrides=["train.micro_batch_size=1", "model.context_parallel_size=2"])
+    base_diags = engine.lint_config(
+        [override], overrides=["train.micro_batch_size=1", "model.context_parallel_size=2"]
+    )
     (ls,) = [d for d in base_diags if d.code == "LS301"]
     assert ls.file == "<bridge recipe tiny_offline_base>"
 
@@ -269,11 +285,16 @@ def test_recipe_flag_on_the_cli(recipes: Path, tmp_path: Path, capsys) -> None:
 
 
 def test_builder_backed_base_recipe(recipes: Path) -> None:
-    text = "recipe:\n  base: builder_model_base\nmodel:\n  transformer:\n    calculate_per_token_loss: false\n"
+    text = (
+        "recipe:\n  base: builder_model_base\nmodel:\n  transformer:\n    calculate_per_token_loss: false\n"
+    )
     located = merge_documents([load_text(text)])
     assert located.data["model"]["context_parallel_size"] == 2
     assert located.data["model"]["calculate_per_token_loss"] is False
-    assert located.sources.position(("model", "context_parallel_size")).file == "<bridge recipe builder_model_base>"
+    assert (
+        located.sources.position(("model", "context_parallel_size")).file
+        == "<bridge recipe builder_model_base>"
+    )
 
 
 def test_recipe_base_is_a_known_key() -> None:
@@ -316,7 +337,9 @@ def test_an_unknown_value_never_draws_a_finding_a_known_one_would_not(case: Path
 
     text = case.read_text()
     internal: list[str] = []
-    before = {d.code for d in engine.lint_located(merge_documents([load_text(text, "t.yaml")]), settings=Settings())}
+    before = {
+        d.code for d in engine.lint_located(merge_documents([load_text(text, "t.yaml")]), settings=Settings())
+    }
     lines = text.splitlines()
     for i, line in enumerate(lines):
         m = re.match(r"^(\s*)([A-Za-z_]+): (\S[^#]*?)\s*(#.*)?$", line)
@@ -336,11 +359,15 @@ def test_overrides_apply_over_the_base_recipe_as_in_bridge(recipes: Path) -> Non
     doc = load_text("recipe:\n  base: tiny_offline_base\n", "ov.yaml")
     with pytest.raises(ConfigError, match="could not add 'train.micro_batch_size'"):
         merge_documents([doc], ["+train.micro_batch_size=2"])  # already set by the recipe
-    located = merge_documents([doc], ["~model.bridge_only_field_packcfg_does_not_know", "train.micro_batch_size=4"])
+    located = merge_documents(
+        [doc], ["~model.bridge_only_field_packcfg_does_not_know", "train.micro_batch_size=4"]
+    )
     assert located.data["train"]["micro_batch_size"] == 4
     again = merge_documents([doc])  # the cached snapshot was not changed by the overrides above
     assert again.data["train"]["micro_batch_size"] == 1
-    located = merge_documents([load_text("train:\n  micro_batch_size: 2\n")], ["++recipe.base=tiny_offline_base"])
+    located = merge_documents(
+        [load_text("train:\n  micro_batch_size: 2\n")], ["++recipe.base=tiny_offline_base"]
+    )
     assert located.base == "tiny_offline_base" and located.data["model"]["seq_length"] == 2048
 
 
@@ -352,7 +379,9 @@ INTERP_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.skipif(not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with omegaconf 2.3.0")
+@pytest.mark.skipif(
+    not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with omegaconf 2.3.0"
+)
 def test_interpolation_matches_omegaconf_to_container_resolve(tmp_path: Path) -> None:
     script = (
         "import json,sys\nfrom omegaconf import OmegaConf\nout = []\n"

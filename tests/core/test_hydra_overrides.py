@@ -39,7 +39,9 @@ HYDRA_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.skipif(not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with hydra-core 1.3.2")
+@pytest.mark.skipif(
+    not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with hydra-core 1.3.2"
+)
 def test_values_and_kinds_match_hydras_parser() -> None:
     script = (
         "import json,sys\n"
@@ -187,14 +189,30 @@ def test_every_config_command_takes_the_same_overrides(argv: list[str]) -> None:
     command = argv[0]
     words = [w for w in argv[1:]]
     args = build_parser(only=command).parse_args(
-        [command, *words, "-c", "x.yaml", "train.micro_batch_size=2", "+a.b=1", "--set", "c=1", "~d", "--recipe", "r"]
+        [
+            command,
+            *words,
+            "-c",
+            "x.yaml",
+            "train.micro_batch_size=2",
+            "+a.b=1",
+            "--set",
+            "c=1",
+            "~d",
+            "--recipe",
+            "r",
+        ]
     )
     assert args.config_files == ["x.yaml"]
-    assert sorted(args.overrides) == sorted(["train.micro_batch_size=2", "+a.b=1", "~d", "c=1", "++recipe.base=r"])
+    assert sorted(args.overrides) == sorted(
+        ["train.micro_batch_size=2", "+a.b=1", "~d", "c=1", "++recipe.base=r"]
+    )
 
 
 def test_flags_mix_with_positional_overrides() -> None:
-    args = build_parser(only="train").parse_args(["train", "c.yaml", "--out", "runs/x", "train.train_iters=3"])
+    args = build_parser(only="train").parse_args(
+        ["train", "c.yaml", "--out", "runs/x", "train.train_iters=3"]
+    )
     assert (args.config, args.output_dir, args.overrides) == ("c.yaml", "runs/x", ["train.train_iters=3"])
 
 
@@ -226,8 +244,10 @@ def test_render_without_out_is_exit_2(exp: Path, capsys) -> None:
 
 def test_verify_reads_c_and_overrides(exp: Path, tmp_path: Path, capsys) -> None:
     extra = tmp_path / "extra.yaml"
-    extra.write_text("dataset:\n  offline_packing_specs:\n    packed_metadata_path: /nonexistent/from_c.json\n"
-                     "    packed_train_data_path: /nonexistent/p.parquet\n")
+    extra.write_text(
+        "dataset:\n  offline_packing_specs:\n    packed_metadata_path: /nonexistent/from_c.json\n"
+        "    packed_train_data_path: /nonexistent/p.parquet\n"
+    )
     code, _, err = run(["verify", str(exp), "-c", str(extra), "dataset.dataset_root=/nonexistent"], capsys)
     assert code == 2 and "/nonexistent/from_c.json" in err, err  # the -c file and the override reached verify
 
@@ -244,7 +264,9 @@ APPLY_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.skipif(not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with hydra-core 1.3.2")
+@pytest.mark.skipif(
+    not ORACLE_PY.exists(), reason="needs the oracle venv (.ci/oracle.sh) with hydra-core 1.3.2"
+)
 def test_applying_overrides_matches_hydra() -> None:
     start = {"a": {"l": [1, 2], "s": "x", "z": None}}
     script = (
