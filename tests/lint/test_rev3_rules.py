@@ -278,3 +278,30 @@ def test_sc003_did_you_mean_once() -> None:
     diagnostics = lint_text(edit(("  micro_batch_size: 1\n", "  micro_batch_sise: 1\n")))
     out = render(diagnostics, ["x.yaml"])
     assert out.count("did you mean") == 1, out
+
+
+PIPELINE_SPLIT = """\
+model:
+  num_layers: {layers}
+  pipeline_model_parallel_size: {pp}
+  account_for_embedding_in_pipeline_split: {emb}
+  account_for_loss_in_pipeline_split: {loss}
+"""
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "emb", "loss", "fires"),
+    [
+        (126, 16, "true", "true", False),  # Bridge's llama31_405b recipe: 126 + 2 = 128 over PP 16
+        (94, 16, "true", "true", False),  # Bridge's qwen3_235b_a22b recipe: 94 + 2 = 96 over PP 16
+        (127, 16, "true", "false", False),
+        (128, 16, "true", "true", True),  # 130 over PP 16
+        (128, 16, "false", "false", False),
+        (126, 16, "false", "false", True),
+    ],
+)
+def test_pl605_counts_embedding_and_loss_in_the_pipeline_split(
+    layers: int, pp: int, emb: str, loss: str, fires: bool
+) -> None:
+    text = PIPELINE_SPLIT.format(layers=layers, pp=pp, emb=emb, loss=loss)
+    assert ("PL605" in codes(text)) is fires

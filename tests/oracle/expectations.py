@@ -81,18 +81,9 @@ VERSION_DIFFERENCES: dict[str, str] = {
     ),
 }
 
-# Known packcfg bugs the oracle found (reported to the lead): strict xfail, so a fix makes the test fail until
-# the entry is removed.
-_PL605 = (
-    "PL605 ignores model.account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split: "
-    "megatron-core divides num_layers + 1 per flag by PP ({} layers + 2 over PP {}), and Bridge validates it"
-)
-PACKCFG_BUGS: dict[str, str] = {
-    "llama31_405b_sft_config": _PL605.format(126, 16),
-    "llama31_405b_peft_config": _PL605.format(126, 8),
-    "qwen3_235b_a22b_sft_config": _PL605.format(94, 16),
-    "qwen3_235b_a22b_peft_config": _PL605.format(94, 4),
-}
+# Known packcfg bugs the oracle found: strict xfail, so a fix makes the test fail until the entry is removed.
+# (PL605 with account_for_embedding/loss_in_pipeline_split, found on llama31_405b and qwen3_235b_a22b, is fixed.)
+PACKCFG_BUGS: dict[str, str] = {}
 
 # (file, Bridge's code) -> reason, where packcfg reports the same rejection under another code (the root cause).
 SAME_REJECTION: dict[tuple[str, str], str] = {

@@ -158,6 +158,7 @@ UNEVEN_KEYS = (
     "num_layers_in_first_pipeline_stage",
     "num_layers_in_last_pipeline_stage",
 )
+ACCOUNTED_KEYS = ("embedding", "loss")
 
 
 @rule(
@@ -165,12 +166,15 @@ UNEVEN_KEYS = (
     Severity.ERROR,
     "layers divisible by PP (and PP*VP)",
     docs=RuleDocs(
-        what="`num_layers % PP == 0`; with virtual pipeline, `num_layers % (PP*VP) == 0`. Skipped with an uneven "
-        "pipeline layout (`pipeline_model_parallel_layout`, first/last stage layer counts).",
+        what="`num_layers % PP == 0`; with virtual pipeline, `num_layers % (PP*VP) == 0`. With "
+        "`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split` the embedding and the loss "
+        "each count as one more layer, as megatron-core does. Skipped with an uneven pipeline layout "
+        "(`pipeline_model_parallel_layout`, first/last stage layer counts).",
         why="Each pipeline stage (and virtual chunk) gets the same number of layers.",
         failing=after("  num_query_groups: 8", "  pipeline_model_parallel_size: 3\n", base=SHAPE),
         passing=after("  num_query_groups: 8", "  pipeline_model_parallel_size: 4\n", base=SHAPE),
-        source="Megatron Core pipeline parallel",
+        source="megatron-core 0.16.1 transformer/transformer_config.py `TransformerConfig.__post_init__` (pipeline "
+        "split checks, incl. account_for_embedding/loss_in_pipeline_split)",
     ),
 )
 def pl605(ctx: RuleContext) -> Iterator[Finding]:
@@ -178,14 +182,18 @@ def pl605(ctx: RuleContext) -> Iterator[Finding]:
     layers = ctx.get(("model", "num_layers"))
     if not is_pos_int(layers) or f.pp is None or any(ctx.get(("model", k)) is not None for k in UNEVEN_KEYS):
         return
-    if layers % f.pp:
+    # megatron-core counts the embedding and the loss as one layer each when they take part in the split.
+    extra = [k for k in ACCOUNTED_KEYS if ctx.get(("model", f"account_for_{k}_in_pipeline_split")) is True]
+    counted = layers + len(extra)
+    what = f"model.num_layers {layers}" + (f" + {' + '.join(extra)} = {counted}" if extra else "")
+    if counted % f.pp:
         yield Finding(
-            f"model.num_layers {layers} is not divisible by pipeline_model_parallel_size {f.pp}",
+            f"{what} is not divisible by pipeline_model_parallel_size {f.pp}",
             at=("model", "num_layers"),
         )
-    elif f.vp is not None and layers % (f.pp * f.vp):
+    elif f.vp is not None and counted % (f.pp * f.vp):
         yield Finding(
-            f"model.num_layers {layers} is not divisible by PP*VP = {f.pp}*{f.vp} = {f.pp * f.vp}",
+            f"{what} is not divisible by PP*VP = {f.pp}*{f.vp} = {f.pp * f.vp}",
             at=("model", "virtual_pipeline_model_parallel_size"),
         )
 
