@@ -162,7 +162,8 @@ def read_dump(
         sec_children.pop("_builder_", None)
         if not nested and block_pos is not None:
             sec_children[block] = block_pos
-        for k, v in (sec.get(block) if isinstance(sec.get(block), dict) else {}).items():
+        inner = sec.get(block)
+        for k, v in (inner if isinstance(inner, dict) else {}).items():
             if k == "_target_" or k in new_sec:
                 continue  # the block's own class; a field set at `model` level wins
             new_sec[k] = v
