@@ -58,10 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     for family in ("llama", "qwen3") if args.family == "all" else (args.family,):
         folder = Path(args.out) / family
         if folder.exists() and any(folder.iterdir()) and not (folder / "config.json").is_file():
-            print(f"{folder}: exists and is not a Hugging Face folder; refusing to write into it", file=sys.stderr)
+            print(
+                f"{folder}: exists and is not a Hugging Face folder; refusing to write into it",
+                file=sys.stderr,
+            )
             return 2
         t0 = time.perf_counter()
-        make_tiny_hf_model(family, folder, vocab, seed=args.seed, **(LLAMA31_ROPE if family == "llama" else {}))
+        make_tiny_hf_model(
+            family, folder, vocab, seed=args.seed, **(LLAMA31_ROPE if family == "llama" else {})
+        )
         print(f"wrote {folder} ({family}, vocab {vocab}) in {time.perf_counter() - t0:.1f} s")
     return 0
 

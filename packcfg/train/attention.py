@@ -59,7 +59,9 @@ class RopeSpec:
     interpolation_factor: float | None = None  # model.seq_len_interpolation_factor
 
 
-def llama3_inv_freq(inv_freq: Tensor, factor: float, low: float = 1.0, high: float = 4.0, context: int = 8192) -> Tensor:
+def llama3_inv_freq(
+    inv_freq: Tensor, factor: float, low: float = 1.0, high: float = 4.0, context: int = 8192
+) -> Tensor:
     """Llama 3.x frequency scaling: long wavelengths divided by `factor`, short ones kept, the band
     between interpolated smoothly (megatron-core `RotaryEmbedding._apply_scaling`, HF `llama3` rope)."""
     wavelen = 2 * math.pi / inv_freq

@@ -87,8 +87,8 @@ def _from_padded(y: torch.Tensor) -> torch.Tensor:
 
 def megatron_reference(q, k, v, rope: dict | None = None) -> torch.Tensor:
     """Stock megatron-core: RotaryEmbedding + apply_rotary_pos_emb on BSHD, then DotProductAttention."""
-    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
 
@@ -96,16 +96,22 @@ def megatron_reference(q, k, v, rope: dict | None = None) -> torch.Tensor:
     qp, kp, vp = _to_padded(q), _to_padded(k), _to_padded(v)
     s = qp.shape[0]
     if rope is not None:
-        rotary = RotaryEmbedding(kv_channels=HEAD_DIM, rotary_percent=1.0, use_cpu_initialization=True, **rope)
+        rotary = RotaryEmbedding(
+            kv_channels=HEAD_DIM, rotary_percent=1.0, use_cpu_initialization=True, **rope
+        )
         emb = rotary(s)  # [s, 1, 1, d]
         qp, kp = apply_rotary_pos_emb(qp, emb, config=config), apply_rotary_pos_emb(kp, emb, config=config)
-    attention = DotProductAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self")
+    attention = DotProductAttention(
+        config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self"
+    )
     causal = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]
     out = attention(qp, kp, vp, attention_mask=causal)  # [s, b, h*d]
     return _from_padded(out.view(s, len(LENGTHS), HEADS * HEAD_DIM))
 
 
-def packcfg_thd(q, k, v, thd, rope: RopeSpec | None = None, softmax_scale: float | None = None) -> torch.Tensor:
+def packcfg_thd(
+    q, k, v, thd, rope: RopeSpec | None = None, softmax_scale: float | None = None
+) -> torch.Tensor:
     from megatron.core.transformer.enums import AttnMaskType
 
     attention = PackedCoreAttention(
@@ -136,7 +142,9 @@ def test_control_attention_across_samples_fails(world, cpu_device_queries):
     q, k, v, mb = _inputs()
     total = sum(LENGTHS)
     one = torch.tensor([0, total], dtype=torch.int32)
-    whole = replace(mb.thd, cu_seqlens_q=one, cu_seqlens_kv=one, cu_seqlens_list=[0, total], cu_seqlens_kv_list=[0, total])
+    whole = replace(
+        mb.thd, cu_seqlens_q=one, cu_seqlens_kv=one, cu_seqlens_list=[0, total], cu_seqlens_kv_list=[0, total]
+    )
     assert _diff(packcfg_thd(q, k, v, whole), megatron_reference(q, k, v)) > 1e-3
 
 
@@ -148,7 +156,10 @@ LLAMA31 = dict(rotary_base=500000, rope_scaling=True, rope_scaling_factor=8.0)
     [
         (dict(rotary_base=10000), RopeSpec(HEAD_DIM, 10000.0)),
         (LLAMA31, RopeSpec(HEAD_DIM, 500000.0, llama3_factor=8.0)),
-        (dict(rotary_base=10000, seq_len_interpolation_factor=4.0), RopeSpec(HEAD_DIM, 10000.0, interpolation_factor=4.0)),
+        (
+            dict(rotary_base=10000, seq_len_interpolation_factor=4.0),
+            RopeSpec(HEAD_DIM, 10000.0, interpolation_factor=4.0),
+        ),
     ],
     ids=["plain", "llama3_scaling", "linear_interpolation"],
 )
@@ -159,7 +170,11 @@ def test_packed_rope_attention_equals_megatron(world, cpu_device_queries, mega, 
 
 @pytest.mark.parametrize(
     "wrong",
-    [RopeSpec(HEAD_DIM, 10000.0, llama3_factor=8.0), RopeSpec(HEAD_DIM, 500000.0), RopeSpec(HEAD_DIM, 500000.0, llama3_factor=4.0)],
+    [
+        RopeSpec(HEAD_DIM, 10000.0, llama3_factor=8.0),
+        RopeSpec(HEAD_DIM, 500000.0),
+        RopeSpec(HEAD_DIM, 500000.0, llama3_factor=4.0),
+    ],
     ids=["wrong_theta", "scaling_dropped", "wrong_factor"],
 )
 def test_control_wrong_rope_fails(world, cpu_device_queries, wrong):

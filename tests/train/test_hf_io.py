@@ -46,14 +46,21 @@ def test_llama31_config_maps_to_bridge_model_keys(tmp_path):
     model = read_hf_config(_folder(tmp_path, LLAMA_V4)).model
     assert model["num_layers"] == 32 and model["num_query_groups"] == 8 and model["kv_channels"] == 128
     assert model["ffn_hidden_size"] == 14336 and model["vocab_size"] == 128256
-    assert (model["rotary_base"], model["rope_scaling"], model["rope_scaling_factor"]) == (500000.0, True, 8.0)
+    assert (model["rotary_base"], model["rope_scaling"], model["rope_scaling_factor"]) == (
+        500000.0,
+        True,
+        8.0,
+    )
     assert model["layernorm_epsilon"] == 1e-5 and model["share_embeddings_and_output_weights"] is False
 
 
 def test_transformers5_spelling_reads_the_same(tmp_path):
     raw = {k: v for k, v in LLAMA_V4.items() if k not in ("rope_theta", "rope_scaling")}
     raw["rope_parameters"] = {**LLAMA_V4["rope_scaling"], "rope_theta": 500000.0}
-    assert read_hf_config(_folder(tmp_path, raw)).model == read_hf_config(_folder(tmp_path / "v4", LLAMA_V4)).model
+    assert (
+        read_hf_config(_folder(tmp_path, raw)).model
+        == read_hf_config(_folder(tmp_path / "v4", LLAMA_V4)).model
+    )
 
 
 def test_qwen_families(tmp_path):
@@ -69,7 +76,10 @@ def test_qwen_families(tmp_path):
     [
         ({"model_type": "mistral"}, "model_type 'mistral' is not supported"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling type 'yarn' is not supported"),
-        ({"rope_scaling": {**LLAMA_V4["rope_scaling"], "high_freq_factor": 2.0}}, "high_freq_factor 2.0 is not supported"),
+        (
+            {"rope_scaling": {**LLAMA_V4["rope_scaling"], "high_freq_factor": 2.0}},
+            "high_freq_factor 2.0 is not supported",
+        ),
         ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
         ({"attention_bias": True}, "attention_bias true is not supported"),
         ({"num_key_value_heads": 5}, "not a multiple of num_key_value_heads"),
@@ -89,7 +99,9 @@ def test_broken_config_json_names_file_and_line(tmp_path):
 
 def test_yaml_shape_must_agree_with_the_folder(tmp_path):
     folder = _folder(tmp_path, LLAMA_V4)
-    merged = model_section({"model": {"hf_path": str(folder), "num_layers": 32, "tensor_model_parallel_size": 2}})
+    merged = model_section(
+        {"model": {"hf_path": str(folder), "num_layers": 32, "tensor_model_parallel_size": 2}}
+    )
     assert merged["tensor_model_parallel_size"] == 2 and merged["hidden_size"] == 4096
     with pytest.raises(HFConfigError, match=r"model.hidden_size: 2048 disagrees with .*config.json \(4096\)"):
         model_section({"model": {"hf_path": str(folder), "hidden_size": 2048}})
@@ -98,7 +110,9 @@ def test_yaml_shape_must_agree_with_the_folder(tmp_path):
 def test_hf_source_is_hf_path_or_a_pretrained_checkpoint_with_config_json(tmp_path):
     folder = _folder(tmp_path / "hf", LLAMA_V4)
     assert hf_source({"checkpoint": {"pretrained_checkpoint": str(folder)}}) == folder
-    assert hf_source({"checkpoint": {"pretrained_checkpoint": str(tmp_path)}}) is None  # a megatron checkpoint
+    assert (
+        hf_source({"checkpoint": {"pretrained_checkpoint": str(tmp_path)}}) is None
+    )  # a megatron checkpoint
     with pytest.raises(HFConfigError, match="model.hf_path: .* has no config.json"):
         hf_source({"model": {"hf_path": str(tmp_path / "nowhere")}})
 
@@ -131,7 +145,9 @@ def test_sharded_safetensors_are_read_through_the_index(tmp_path):
 def test_index_naming_a_file_outside_the_folder_is_refused(tmp_path):
     from packcfg.train.hf.weights import read_safetensors
 
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../x.safetensors"}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "../x.safetensors"}})
+    )
     with pytest.raises(HFConfigError, match="is not a .safetensors file in the folder"):
         read_safetensors(tmp_path)
 
@@ -206,5 +222,7 @@ def test_tiny_hf_recipe_trains_from_the_folder_then_export_hf_reloads_in_transfo
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     again = packcfg("export-hf", recipe, *overrides, "--out", "mine")
-    assert again.returncode == 2 and "refusing to overwrite" in again.stderr and "Traceback" not in again.stderr
+    assert (
+        again.returncode == 2 and "refusing to overwrite" in again.stderr and "Traceback" not in again.stderr
+    )
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"

@@ -83,14 +83,18 @@ def samples() -> list[Sample]:
 @torch.no_grad()
 def hf_logits(hf_model) -> torch.Tensor:
     """transformers, one sample at a time, concatenated in pack order."""
-    parts = [hf_model(torch.as_tensor(s.input_ids[:-1])[None]).logits[0] for s in samples() if s.runtime_length]
+    parts = [
+        hf_model(torch.as_tensor(s.input_ids[:-1])[None]).logits[0] for s in samples() if s.runtime_length
+    ]
     return torch.cat(parts)
 
 
 def settings_for(folder, **replace):
     from packcfg.train.settings import ModelSettings
 
-    settings = ModelSettings.from_config({"model": {"hf_path": str(folder), "transformer_impl": "local", "seq_length": 512}})
+    settings = ModelSettings.from_config(
+        {"model": {"hf_path": str(folder), "transformer_impl": "local", "seq_length": 512}}
+    )
     return dataclasses.replace(settings, **replace)
 
 
@@ -106,7 +110,9 @@ def imported_model(folder, settings=None):
 @torch.no_grad()
 def packed_logits(model) -> torch.Tensor:
     mb = pack_thd(samples())
-    out = model(input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=None, packed_seq_params=mb.thd)
+    out = model(
+        input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=None, packed_seq_params=mb.thd
+    )
     return out[0]
 
 
@@ -156,7 +162,8 @@ def test_control_qkv_concatenated_without_group_interleaving_fails(world, hf_mod
 
 
 @pytest.mark.parametrize(
-    "wrong", [dict(rotary_base=10000.0), dict(rope_scaling=False), dict(rope_scaling_factor=4.0)],
+    "wrong",
+    [dict(rotary_base=10000.0), dict(rope_scaling=False), dict(rope_scaling_factor=4.0)],
     ids=["theta", "scaling_dropped", "scaling_factor"],
 )
 def test_control_wrong_rope_fails(world, hf_models, wrong):
@@ -238,7 +245,10 @@ def test_export_round_trip_is_bit_exact(world, hf_models, tmp_path):
     for name in ("llama32_tied", "qwen2", "qwen3"):
         folder, _ = hf_models[name]
         _export_and_reload(imported_model(folder), folder, tmp_path / name)
-        before, after = load_file(str(folder / "model.safetensors")), load_file(str(tmp_path / name / "model.safetensors"))
+        before, after = (
+            load_file(str(folder / "model.safetensors")),
+            load_file(str(tmp_path / name / "model.safetensors")),
+        )
         if name == "llama32_tied":
             before.pop("lm_head.weight", None)
         assert sorted(before) == sorted(after), name

@@ -49,7 +49,9 @@ def _worker(out: Path, variant: str, folders: dict[str, Path]) -> None:
                 model = imported_model(folder, settings)
                 local = packed_logits(model)  # [T, V / TP]
                 parts = [torch.empty_like(local) for _ in range(TP)]
-                dist.all_gather(parts, local.contiguous(), group=parallel_state.get_tensor_model_parallel_group())
+                dist.all_gather(
+                    parts, local.contiguous(), group=parallel_state.get_tensor_model_parallel_group()
+                )
                 results[name] = torch.cat(parts, dim=-1)
                 state = convert.full_state(model)  # collective: every rank
                 if layout.is_main:
@@ -78,7 +80,9 @@ def _run(tmp_path, variant, folders):
     from .cases import run_torchrun
 
     out = tmp_path / f"{variant}.pt"
-    run_torchrun(["tests/train/test_hf_tp.py", str(out), variant, *(f"{n}={f}" for n, (f, _) in folders.items())])
+    run_torchrun(
+        ["tests/train/test_hf_tp.py", str(out), variant, *(f"{n}={f}" for n, (f, _) in folders.items())]
+    )
     return torch.load(out, weights_only=True)
 
 
@@ -94,7 +98,10 @@ def test_tp2_import_forward_and_export_equal_transformers(tmp_path, folders):
     for name, (folder, hf_model) in folders.items():
         assert max_diff(results[name], hf_logits(hf_model)) <= TOL, name
         export = Path(results[f"{name}:export"])
-        before, after = load_file(str(folder / "model.safetensors")), load_file(str(export / "model.safetensors"))
+        before, after = (
+            load_file(str(folder / "model.safetensors")),
+            load_file(str(export / "model.safetensors")),
+        )
         assert sorted(before) == sorted(after) and all(torch.equal(before[k], after[k]) for k in before), name
         reloaded = transformers.AutoModelForCausalLM.from_pretrained(str(export)).eval()
         assert max_diff(hf_logits(reloaded), hf_logits(hf_model)) <= TOL, name

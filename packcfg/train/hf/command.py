@@ -22,8 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="the run's experiment YAML")
     add_merge_arguments(parser, config_flags=("-c", "--config", "--config-file"))
     add_out_argument(parser, help="the Hugging Face folder to write", required=True)
-    parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint root or iter_* folder (default: checkpoint.save)")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="weights' dtype (default float32)")
+    parser.add_argument(
+        "--checkpoint", metavar="DIR", help="checkpoint root or iter_* folder (default: checkpoint.save)"
+    )
+    parser.add_argument(
+        "--dtype", choices=["float32", "bfloat16"], default="float32", help="weights' dtype (default float32)"
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing folder not written by packcfg")  # fmt: skip
 
 
@@ -66,7 +70,9 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
     root = resolve_path(str(root))
     checkpoint = resolve_checkpoint(root)
     if checkpoint is None:
-        raise FileNotFoundError(f"{root}: no checkpoint (no latest_checkpointed_iteration.txt or iter_* folder)")
+        raise FileNotFoundError(
+            f"{root}: no checkpoint (no latest_checkpointed_iteration.txt or iter_* folder)"
+        )
     files = sorted(Path(checkpoint).glob("model_optim_tp*.pt"))
     if not files:
         raise FileNotFoundError(f"{checkpoint}: no model_optim_tp*.pt files")
@@ -75,7 +81,9 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
         try:  # tensors, numbers and containers only: nothing in the file can run code
             saved = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is one line, not a traceback
-            raise ValueError(f"{path}: cannot read ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+            raise ValueError(
+                f"{path}: cannot read ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+            ) from None
         states.append(saved)
     tp = int(states[0].get("tp", len(states)))
     if len(states) != tp:

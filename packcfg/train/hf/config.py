@@ -205,7 +205,9 @@ def hf_config_dict(settings: Any, family: str, dtype: str = "float32") -> dict[s
     """A transformers config.json for `settings` (a ModelSettings), the inverse of `_model_keys`
     (after Bridge's `megatron_to_hf_config`; RoPE in the transformers 4 spelling)."""
     if family not in ARCHITECTURES:
-        raise HFConfigError(f"family {family!r} has no Hugging Face export (supported: {', '.join(FAMILIES)})")
+        raise HFConfigError(
+            f"family {family!r} has no Hugging Face export (supported: {', '.join(FAMILIES)})"
+        )
     out: dict[str, Any] = {
         "architectures": [ARCHITECTURES[family]],
         "model_type": family,

@@ -22,7 +22,14 @@ from packcfg.core.atomic import OutputRefused, temp_dir, temp_name
 from packcfg.train.hf import families
 from packcfg.train.hf.config import HFConfigError, hf_config_dict, read_hf_config
 from packcfg.train.hf.families import QKV, GatedMLP, Rename
-from packcfg.train.hf.weights import merge_qkv, read_safetensors, split_qkv, tp_merge, tp_slice, write_safetensors
+from packcfg.train.hf.weights import (
+    merge_qkv,
+    read_safetensors,
+    split_qkv,
+    tp_merge,
+    tp_slice,
+    write_safetensors,
+)
 
 EXPORT_MARKER = "packcfg_export.json"  # written into every export: marks a folder packcfg may replace
 
@@ -61,7 +68,9 @@ def hf_to_megatron(
         and not (n == "lm_head.weight" and "output_layer.weight" not in names)
     ]  # fmt: skip
     if left:
-        raise HFConfigError(f"{where}: tensor {sorted(left)[0]} has no place in the {family} model ({len(left)} unused)")
+        raise HFConfigError(
+            f"{where}: tensor {sorted(left)[0]} has no place in the {family} model ({len(left)} unused)"
+        )
     return out
 
 
@@ -89,7 +98,10 @@ def _tp() -> tuple[int, int]:
 
     if not parallel_state.model_parallel_is_initialized():
         return 1, 0
-    return parallel_state.get_tensor_model_parallel_world_size(), parallel_state.get_tensor_model_parallel_rank()
+    return (
+        parallel_state.get_tensor_model_parallel_world_size(),
+        parallel_state.get_tensor_model_parallel_rank(),
+    )
 
 
 @torch.no_grad()
@@ -104,7 +116,9 @@ def load_hf_weights(folder: Path, model: torch.nn.Module, master: Any = None) ->
     if master is not None:
         trainable = [n for n, p in model.named_parameters() if p.requires_grad]
         masters = dict(zip(trainable, master.master_params, strict=True))
-    full = hf_to_megatron(read_safetensors(folder), hf.family, list(params), _attention_shape(model.config), folder)
+    full = hf_to_megatron(
+        read_safetensors(folder), hf.family, list(params), _attention_shape(model.config), folder
+    )
     tp, rank = _tp()
     for name, param in params.items():
         part = tp_slice(name, full[name], tp, rank)
@@ -169,9 +183,13 @@ def export_hf(
     config = hf_config_dict(settings, family, dtype=str(dtype).removeprefix("torch."))
     with temp_dir(out_dir) as tmp:
         files = write_safetensors(tensors, tmp)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / "config.json").write_text(
+            json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
         marker = {"family": family, "files": files, **(source or {})}
-        (tmp / EXPORT_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / EXPORT_MARKER).write_text(
+            json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
         os.chmod(tmp, 0o755)
         old = None
         if out_dir.exists():

@@ -41,15 +41,23 @@ _COMMON: dict[str, Mapping] = {
     "output_layer.weight": Rename("lm_head.weight"),  # absent when embeddings are tied
     "decoder.final_layernorm.weight": Rename("model.norm.weight"),
     "decoder.layers.*.input_layernorm.weight": Rename(f"{_L}.input_layernorm.weight"),  # local spec
-    "decoder.layers.*.self_attention.linear_qkv.layer_norm_weight": Rename(f"{_L}.input_layernorm.weight"),  # TE
-    "decoder.layers.*.pre_mlp_layernorm.weight": Rename(f"{_L}.post_attention_layernorm.weight"),  # local spec
-    "decoder.layers.*.mlp.linear_fc1.layer_norm_weight": Rename(f"{_L}.post_attention_layernorm.weight"),  # TE
+    "decoder.layers.*.self_attention.linear_qkv.layer_norm_weight": Rename(
+        f"{_L}.input_layernorm.weight"
+    ),  # TE
+    "decoder.layers.*.pre_mlp_layernorm.weight": Rename(
+        f"{_L}.post_attention_layernorm.weight"
+    ),  # local spec
+    "decoder.layers.*.mlp.linear_fc1.layer_norm_weight": Rename(
+        f"{_L}.post_attention_layernorm.weight"
+    ),  # TE
     "decoder.layers.*.self_attention.linear_proj.weight": Rename(f"{_L}.self_attn.o_proj.weight"),
     "decoder.layers.*.mlp.linear_fc2.weight": Rename(f"{_L}.mlp.down_proj.weight"),
     "decoder.layers.*.self_attention.linear_qkv.weight": QKV(
         f"{_L}.self_attn.q_proj.weight", f"{_L}.self_attn.k_proj.weight", f"{_L}.self_attn.v_proj.weight"
     ),
-    "decoder.layers.*.mlp.linear_fc1.weight": GatedMLP(f"{_L}.mlp.gate_proj.weight", f"{_L}.mlp.up_proj.weight"),
+    "decoder.layers.*.mlp.linear_fc1.weight": GatedMLP(
+        f"{_L}.mlp.gate_proj.weight", f"{_L}.mlp.up_proj.weight"
+    ),
 }
 
 # Llama 3, 3.1, 3.2 (LlamaBridge): the common table. RoPE scaling is config, not weights.

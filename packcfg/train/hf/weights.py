@@ -79,7 +79,9 @@ def write_safetensors(tensors: dict[str, Tensor], folder: Path, shard_bytes: int
         size += n
     meta = {"format": "pt"}
     if len(shards) == 1:
-        save_file({k: tensors[k].contiguous() for k in names}, str(folder / "model.safetensors"), metadata=meta)
+        save_file(
+            {k: tensors[k].contiguous() for k in names}, str(folder / "model.safetensors"), metadata=meta
+        )
         return ["model.safetensors"]
     files, weight_map = [], {}
     for i, shard in enumerate(shards, 1):
@@ -118,7 +120,13 @@ def split_qkv(qkv: Tensor, heads: int, groups: int, head_dim: int) -> tuple[Tens
 
 # ---- tensor parallelism: which megatron parameters are cut, and along which dimension
 
-_COLUMN = ("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight", "output_layer.weight")
+_COLUMN = (
+    "linear_qkv.weight",
+    "linear_qkv.bias",
+    "linear_fc1.weight",
+    "word_embeddings.weight",
+    "output_layer.weight",
+)
 _ROW = ("linear_proj.weight", "linear_fc2.weight")
 
 
