@@ -508,7 +508,9 @@ def pk140(ctx: RuleContext) -> Iterator[Finding]:
     "packing with unfused RoPE is slow",
     fixable=True,
     docs=RuleDocs(
-        what="Packing with RoPE and `model.apply_rope_fusion: false`.",
+        what="Packing with RoPE and `model.apply_rope_fusion: false`. Not for YaRN RoPE "
+        "(`position_embedding_type: yarn`): Bridge's GPT-OSS recipes keep fusion off there on purpose "
+        "(megatron-bridge main 067f987 perf_recipes/gpt_oss/common.py).",
         why="The unfused THD RoPE path loops over sequences in Python; it made packed training ~25% slower "
         "than padded in practice.",
         failing=after("  calculate_per_token_loss: true", "  apply_rope_fusion: false\n"),
@@ -519,6 +521,8 @@ def pk140(ctx: RuleContext) -> Iterator[Finding]:
 )
 def pk150(ctx: RuleContext) -> Iterator[Finding]:
     f = ctx.facts
+    if ctx.get(("model", "position_embedding_type")) == "yarn":
+        return
     if f.packing and f.rope is True and f.apply_rope_fusion is False:
         yield Finding(
             "packing with RoPE and apply_rope_fusion false: the unfused THD RoPE loops over sequences (~25% slower)",
