@@ -108,7 +108,11 @@ def add_merge_arguments(
 def add_deprecated_out(parser: argparse.ArgumentParser, dest: str) -> None:
     """`-o`: an override when it looks like one, else the deprecated spelling of `--out DIR` (render)."""
     parser.add_argument(
-        "-o", dest=dest, action=_OverrideOrDeprecatedOut, metavar="KEY=VALUE", help=argparse.SUPPRESS
+        "-o",
+        dest=dest,
+        action=_OverrideOrDeprecatedOut,
+        metavar="KEY=VALUE",
+        help="one override, as --set (`-o DIR` is the deprecated spelling of --out DIR)",
     )
 
 
