@@ -408,3 +408,17 @@ def test_override_of_a_key_the_base_lacks_is_an_error_as_in_bridge(recipes: Path
         merge_documents([doc], ["train.micro_batch_sise=2"])
     assert merge_documents([doc], ["+train.micro_batch_sise=2"]).data["train"]["micro_batch_sise"] == 2
     assert merge_documents([doc], ["launch.nodes=2"]).data["launch"] == {"nodes": 2}  # packcfg's own section
+
+
+def test_every_shipped_base_recipe_merges_and_draws_no_sc003_or_dp() -> None:
+    from packcfg.core.base_recipes import recipe_names
+
+    names = recipe_names()
+    if not names:
+        pytest.skip("no base-recipe snapshots shipped")
+    internal: list[str] = []
+    for name in names:
+        located = merge_documents([load_text("", "ov.yaml")], recipe=name)
+        diags = engine.lint_located(located, on_internal_error=internal.append)
+        assert not [d for d in diags if d.code == "SC003" or d.code.startswith("DP")], name
+    assert internal == []
