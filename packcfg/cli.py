@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("packcfg.launch.commands.logs", "print a job's logs"),
     "cancel": ("packcfg.launch.commands.cancel", "cancel a job"),
     "demo": ("packcfg.demo.commands.demo", "run the whole packed pipeline on the tiny CPU recipe"),
+    "completion": ("packcfg.completion", "print a shell completion script (bash, zsh or fish)"),
 }
 
 
