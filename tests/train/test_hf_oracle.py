@@ -190,7 +190,7 @@ def _export_and_reload(model, folder, out):
     from packcfg.train.hf.config import read_hf_config
     from packcfg.train.hf.convert import export_hf, full_state
 
-    export_hf(full_state(model), settings_for(folder), read_hf_config(folder).family, out)
+    export_hf(full_state(model), settings_for(folder), read_hf_config(folder).family, out, base_folder=folder)
     return transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
 
 
@@ -203,6 +203,11 @@ def test_exported_folder_reloads_in_transformers_with_the_same_logits(world, hf_
     original = json.loads((folder / "config.json").read_text())
     exported = json.loads((tmp_path / "export" / "config.json").read_text())
     assert exported["tie_word_embeddings"] == original["tie_word_embeddings"]
+    for key in ("max_position_embeddings", "bos_token_id", "eos_token_id"):  # kept from the starting folder
+        assert exported.get(key) == original.get(key), key
+    assert (tmp_path / "export" / "generation_config.json").read_bytes() == (
+        folder / "generation_config.json"
+    ).read_bytes()
     assert reloaded.config.rope_parameters == _hf_rope(original)
 
 

@@ -59,7 +59,7 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
 
     from packcfg.resources import resolve_path
     from packcfg.train.checkpoint import resolve_checkpoint
-    from packcfg.train.hf.config import family_of
+    from packcfg.train.hf.config import family_of, hf_source
     from packcfg.train.hf.convert import export_hf, merge_tp_states
     from packcfg.train.settings import ModelSettings
 
@@ -98,5 +98,6 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
         dtype=getattr(torch, args.dtype),
         force=args.force,
         source={"checkpoint": str(checkpoint), "iteration": int(states[0].get("iteration", 0))},
+        base_folder=hf_source(config),
     )
     return written, checkpoint, family

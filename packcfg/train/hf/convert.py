@@ -32,6 +32,13 @@ from packcfg.train.hf.weights import (
 )
 
 EXPORT_MARKER = "packcfg_export.json"  # written into every export: marks a folder packcfg may replace
+# Files of the starting HF folder copied into an export (data, never code): tokenizer and generation settings.
+COMPANION_FILES = (
+    "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
+)  # fmt: skip
+# config.json keys of the starting folder that the export does not keep (ours, or stale after conversion).
+_NOT_KEPT = {"rope_scaling", "rope_parameters", "rope_theta", "torch_dtype", "dtype", "transformers_version"}
 
 
 def _attention_shape(config: Any) -> tuple[int, int, int]:
@@ -165,11 +172,15 @@ def export_hf(
     dtype: torch.dtype = torch.float32,
     force: bool = False,
     source: dict[str, Any] | None = None,
+    base_folder: Path | None = None,
 ) -> list[str]:
     """Write `state` (full megatron parameters) and its config.json as an HF folder at `out_dir`.
 
-    Written into a temporary folder beside `out_dir` and renamed into place when complete. An existing
-    `out_dir` is replaced only when it is empty or an earlier packcfg export, or with `force`."""
+    `base_folder`: the HF folder the run started from; its config.json keys that are not the model's
+    shape or RoPE (token ids, max_position_embeddings, ...) are kept, and its tokenizer and generation
+    files (`COMPANION_FILES`, plain files only) are copied. Written into a temporary folder beside
+    `out_dir` and renamed into place when complete. An existing `out_dir` is replaced only when it is
+    empty or an earlier packcfg export, or with `force`."""
     out_dir = Path(out_dir)
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise OutputRefused(f"export folder {out_dir}: exists and is not a folder; refusing to replace it")
@@ -181,8 +192,26 @@ def export_hf(
     shape = (settings.num_attention_heads, settings.num_query_groups, settings.kv_channels)
     tensors = {k: v.to(dtype) for k, v in megatron_to_hf(state, family, shape).items()}
     config = hf_config_dict(settings, family, dtype=str(dtype).removeprefix("torch."))
+    companions: list[Path] = []
+    if base_folder is not None:
+        base = read_hf_config(base_folder).raw
+        kept = {k: v for k, v in base.items() if k not in _NOT_KEPT}
+        config = {
+            **kept,
+            **config,
+            "max_position_embeddings": base.get("max_position_embeddings", config["max_position_embeddings"]),
+        }
+        companions = [
+            base_folder / n for n in COMPANION_FILES
+            if (base_folder / n).is_file() and not (base_folder / n).is_symlink()
+        ]  # fmt: skip
     with temp_dir(out_dir) as tmp:
         files = write_safetensors(tensors, tmp)
+        for path in companions:
+            shutil.copyfile(path, tmp / path.name)
+            files.append(path.name)
+        for name in files:
+            os.chmod(tmp / name, 0o644)
         (tmp / "config.json").write_text(
             json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
