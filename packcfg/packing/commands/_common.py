@@ -68,7 +68,7 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
 
         if looks_like_override(args.input):  # `packcfg analyze k=v`: an override of the default recipe
             args.overrides = [args.input, *args.overrides]
-            args.input = None
+            args.input = str(tiny_recipe())
     source = Path(args.input) if args.input else tiny_recipe()
     out = getattr(args, "out", None)
     meta = getattr(args, "metadata", None)
