@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,11 @@ def to_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))
 
 
-def write_plot(path: Path, lengths: np.ndarray, p: PackPlan, title: str = "") -> None:
-    """Two panels: the sample length histogram and the pack fill histogram; written atomically."""
+def write_plot(
+    path: Path, lengths: np.ndarray, p: PackPlan, title: str = "", inputs: Sequence[Path | None] = ()
+) -> None:
+    """Two panels: the sample length histogram and the pack fill histogram; written atomically, never over
+    one of `inputs`, a special file or a symlink."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed, and no GUI toolkit import
@@ -119,7 +123,7 @@ def write_plot(path: Path, lengths: np.ndarray, p: PackPlan, title: str = "") ->
     fig.suptitle(title or f"packcfg analyze: {p.algorithm}, capacity {p.capacity}, align {p.align}")
     fig.tight_layout()
     try:
-        with atomic_path(path) as tmp:
+        with atomic_path(path, inputs=inputs, what="--plot") as tmp:
             fig.savefig(tmp, dpi=110, format="png")
     finally:
         plt.close(fig)

@@ -347,3 +347,11 @@ def test_a_killed_packs_leftovers_are_removed_by_the_next_run(tmp_path, big_sour
     assert temps(tmp_path) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.metadata.json", "out.parquet"]
     assert json.loads((tmp_path / "out.metadata.json").read_text())[0]["packs"] > 0
+
+
+def test_analyze_plot_never_over_an_input_or_a_special_file(tmp_path, capsys, src):
+    before = src.read_bytes()
+    rc, _, err = run_cli(capsys, "analyze", src, "--capacity", "128", "--plot", src)
+    assert rc == 2 and "input of this command" in one_line(err) and src.read_bytes() == before
+    rc, _, err = run_cli(capsys, "analyze", src, "--capacity", "128", "--plot", "/dev/null")
+    assert rc == 2 and "/dev/null" in one_line(err) and "character device" in err

@@ -38,6 +38,13 @@ def _run(args: argparse.Namespace) -> int:
     from packcfg.packing.report import format_comparison, format_table, stats_rows, to_json, write_plot
 
     settings, config = resolve_settings(args, need_output=False)
+    inputs = [settings.source, settings.tokenizer]
+    if config is not None:
+        inputs += [Path(args.input), *map(Path, args.config_files)]
+    if args.plot is not None:  # refused before any work: never over an input, a special file or a link
+        from packcfg.core.atomic import check_output
+
+        check_output(args.plot, inputs=inputs, what="--plot")
     gbs = args.gbs
     if gbs is None and config is not None:
         gbs = unpacked_global_batch_size(config)
@@ -58,7 +65,9 @@ def _run(args: argparse.Namespace) -> int:
     p = make_plan(sp, settings, gbs)
     stats = dict(p.stats, source=str(settings.source))
     if args.plot is not None:
-        write_plot(args.plot, sp.runtime_lengths(), p, f"packcfg analyze: {settings.source.name}")
+        write_plot(
+            args.plot, sp.runtime_lengths(), p, f"packcfg analyze: {settings.source.name}", inputs=inputs
+        )
         stats["plot"] = str(args.plot)
     if args.format == "json":
         print(to_json(stats))
