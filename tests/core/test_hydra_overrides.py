@@ -293,3 +293,9 @@ def test_applying_overrides_matches_hydra() -> None:
         except ConfigError:
             ours = "ERR"
         assert ours == hydra, case
+
+
+def test_analyze_override_words_without_input_apply_to_the_default_recipe(capsys) -> None:
+    code, out, err = run(["analyze", "dataset.offline_packing_specs.packed_sequence_size=1024", "--format", "json"], capsys)  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["capacity"] == 1024
