@@ -226,3 +226,31 @@ def test_tiny_hf_recipe_trains_from_the_folder_then_export_hf_reloads_in_transfo
         again.returncode == 2 and "refusing to overwrite" in again.stderr and "Traceback" not in again.stderr
     )
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_bf16_master_weights_get_the_folders_fp32_values(tmp_path):
+    """With bf16 the optimizer updates fp32 master copies made before loading: they must hold the folder's
+    full-precision weights (not the random init, not bf16-rounded copies)."""
+    from packcfg.train.hf.convert import load_hf_weights
+    from packcfg.train.hf.tiny import make_tiny_hf_model
+    from packcfg.train.hf.weights import merge_qkv
+    from packcfg.train.model import build_model
+    from packcfg.train.optim import MasterWeights
+    from packcfg.train.parallel import distributed
+
+    from .test_hf_oracle import settings_for
+
+    hf = make_tiny_hf_model("llama", tmp_path, 128, seed=4)
+    with distributed():
+        model = build_model(settings_for(tmp_path), seed=0).bfloat16()
+        params = [p for p in model.parameters() if p.requires_grad]
+        master = MasterWeights(params)
+        load_hf_weights(tmp_path, model, master)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    by_name = dict(zip(names, master.master_params, strict=True))
+    attn = hf.model.layers[0].self_attn
+    expected_qkv = merge_qkv(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, 4, 2, 16)
+    got = by_name["decoder.layers.0.self_attention.linear_qkv.weight"]
+    assert got.dtype == torch.float32 and torch.equal(got, expected_qkv.detach())
+    assert torch.equal(by_name["embedding.word_embeddings.weight"], hf.model.embed_tokens.weight.detach())
+    assert model.embedding.word_embeddings.weight.dtype == torch.bfloat16
