@@ -12,7 +12,6 @@ they are Bridge's own, so they never draw SC003 (the engine drops those).
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 
@@ -56,6 +55,8 @@ def recipe_path(name: str) -> Path:
             path = folder / f"{name}.yaml"
             if path.is_file():
                 return path
+    import difflib
+
     names = recipe_names()
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else "; `packcfg lint --list-recipes` lists them"
