@@ -110,6 +110,23 @@ def _sample_arrays(sample: Sample) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ids[:-1], ids[1:], mask
 
 
+def length_grouped(
+    samples: Sequence[Sample], group_size: int, seed: int, window: int = 16
+) -> list[list[Sample]]:
+    """Groups of `group_size` samples of similar length, as a length-grouped sampler makes them (HF
+    `group_by_length`, bucketed batching): shuffle, sort each window of `window` groups' samples by
+    length, cut it into groups, shuffle the groups. Padded to their longest sample, such groups waste far
+    less than groups in data order (about 10% on a realistic mix): the strongest padded baseline."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(samples)).tolist()
+    groups: list[list[Sample]] = []
+    span = max(1, window * group_size)
+    for start in range(0, len(order), span):
+        chunk = sorted(order[start : start + span], key=lambda i: samples[i].runtime_length)
+        groups += [[samples[i] for i in chunk[j : j + group_size]] for j in range(0, len(chunk), group_size)]
+    return [groups[i] for i in rng.permutation(len(groups))]
+
+
 def pack_thd(samples: Sequence[Sample], pad_to: int | None = None, faults: Faults = NO_FAULTS) -> MicroBatch:
     """Concatenate samples into one THD row; with `pad_to`, fill up to that width with a padding
     segment that is its own sequence (no loss, attends only to itself)."""
