@@ -107,13 +107,22 @@ def test_yaml_shape_must_agree_with_the_folder(tmp_path):
         model_section({"model": {"hf_path": str(folder), "hidden_size": 2048}})
 
 
+def test_tp_that_does_not_divide_the_vocabulary_is_refused(tmp_path):
+    folder = _folder(tmp_path, {**LLAMA_V4, "vocab_size": 1841})
+    with pytest.raises(HFConfigError, match=r"tensor_model_parallel_size: 2 does not divide .* \(1841\)"):
+        model_section({"model": {"hf_path": str(folder), "tensor_model_parallel_size": 2}})
+
+
 def test_hf_source_is_hf_path_or_a_pretrained_checkpoint_with_config_json(tmp_path):
     folder = _folder(tmp_path / "hf", LLAMA_V4)
     assert hf_source({"checkpoint": {"pretrained_checkpoint": str(folder)}}) == folder
     assert (
         hf_source({"checkpoint": {"pretrained_checkpoint": str(tmp_path)}}) is None
     )  # a megatron checkpoint
-    with pytest.raises(HFConfigError, match="model.hf_path: .* has no config.json"):
+    with pytest.raises(
+        HFConfigError,
+        match="model.hf_path: .* is not a local Hugging Face folder .no config.json.; .* downloads nothing",
+    ):
         hf_source({"model": {"hf_path": str(tmp_path / "nowhere")}})
 
 

@@ -44,7 +44,10 @@ def hf_source(config: dict[str, Any]) -> Path | None:
     if hf_path:
         path = resolve_path(str(hf_path))
         if not is_hf_folder(path):
-            raise HFConfigError(f"model.hf_path: {path} has no config.json (expected a Hugging Face folder)")
+            raise HFConfigError(
+                f"model.hf_path: {path} is not a local Hugging Face folder (no config.json); "
+                "packcfg reads local folders only and downloads nothing"
+            )
         return path
     pretrained = ckpt.get("pretrained_checkpoint") if isinstance(ckpt, dict) else None
     if pretrained:
@@ -198,6 +201,12 @@ def model_section(config: dict[str, Any]) -> dict[str, Any]:
             raise HFConfigError(
                 f"model.{key}: {model[key]!r} disagrees with {folder / 'config.json'} ({hf.model[key]!r})"
             )
+    tp = int(model.get("tensor_model_parallel_size") or 1)
+    if hf.model["vocab_size"] % tp:
+        raise HFConfigError(
+            f"model.tensor_model_parallel_size: {tp} does not divide the vocabulary of "
+            f"{folder / 'config.json'} ({hf.model['vocab_size']}); packcfg does not pad it as Bridge does"
+        )
     return {**model, **hf.model}
 
 
