@@ -258,3 +258,12 @@ def test_export_round_trip_is_bit_exact(world, hf_models, tmp_path):
             before.pop("lm_head.weight", None)
         assert sorted(before) == sorted(after), name
         assert all(torch.equal(before[k], after[k]) for k in before), name
+
+
+def test_sharded_folder_written_by_transformers_imports_the_same(world, hf_models, tmp_path):
+    """A folder saved by transformers in several shards (with model.safetensors.index.json)."""
+    folder, hf_model = hf_models["qwen2"]
+    hf_model.save_pretrained(str(tmp_path), max_shard_size="200KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
+    assert max_diff(packed_logits(imported_model(tmp_path)), hf_logits(hf_model)) <= TOL
