@@ -83,7 +83,7 @@ _POSITION_KEYS = np.zeros(0, dtype=np.uint64)
 
 
 def _position_keys(n: int) -> np.ndarray:
-    """Fixed pseudo-random odd 64-bit multipliers, one per position in a slot (grown on demand)."""
+    """Fixed pseudo-random odd 64-bit multipliers, one per position (grown on demand)."""
     global _POSITION_KEYS
     if len(_POSITION_KEYS) < n:
         size = max(n, 2 * len(_POSITION_KEYS), 1 << 16)
@@ -92,14 +92,34 @@ def _position_keys(n: int) -> np.ndarray:
     return _POSITION_KEYS
 
 
+_R = 0x9E3779B97F4A7C15  # odd: invertible modulo 2**64
+_R_INV = pow(_R, -1, 2**64)
+_POWERS = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """R**i and R**-i modulo 2**64 for i < n (cached, grown on demand)."""
+    global _POWERS
+    if len(_POWERS[0]) < n:
+        size = max(n, 2 * len(_POWERS[0]))
+        with np.errstate(over="ignore"):
+            fwd = np.empty(size, dtype=np.uint64)
+            inv = np.empty(size, dtype=np.uint64)
+            fwd[0] = inv[0] = 1
+            fwd[1:] = np.cumprod(np.full(size - 1, _R, dtype=np.uint64))
+            inv[1:] = np.cumprod(np.full(size - 1, _R_INV, dtype=np.uint64))
+        _POWERS = (fwd, inv)
+    return _POWERS
+
+
 def slot_hashes(tokens: np.ndarray, mask: np.ndarray, slot_offsets: np.ndarray) -> np.ndarray:
     """A 64-bit hash of every sample slot (its tokens, loss mask and length) in flat rows, vectorised.
 
-    `slot_offsets` (len n+1) bounds the slots in `tokens`/`mask`. Each position's value (2 * token + mask
-    bit) is multiplied by a per-position random key and summed per slot; the sum and the length are then
-    mixed (splitmix64). The pack-time sum of these hashes is the metadata's `samples_digest`; `verify`
-    recomputes it from the file alone, so a sample dropped, duplicated or altered after packing is found
-    without the source.
+    `slot_offsets` (len n+1) bounds the slots in `tokens`/`mask`. Position i of the range holds
+    v = 2 * token + mask bit; a slot starting at s hashes sum(v_i * R**(i - s)) mod 2**64 (computed as
+    sum(v_i * R**i) * R**-s, so no per-position index is built), then mixed with its length (splitmix64).
+    The pack-time sum of these hashes is the metadata's `samples_digest`; `verify` recomputes it from the
+    file alone, so a sample dropped, duplicated or altered after packing is found without the source.
     """
     n = len(slot_offsets) - 1
     if n <= 0:
@@ -109,18 +129,14 @@ def slot_hashes(tokens: np.ndarray, mask: np.ndarray, slot_offsets: np.ndarray) 
     lens = np.diff(np.asarray(slot_offsets, dtype=np.int64))
     sums = np.zeros(n, dtype=np.uint64)
     if hi > lo:
-        pos = np.arange(hi - lo, dtype=np.int64)
-        pos -= np.repeat(starts, lens)
-        keys = _position_keys(int(lens.max()))[pos]
-        del pos
+        fwd, inv = _powers(hi - lo)
         with np.errstate(over="ignore"):
             v = np.asarray(tokens[lo:hi]).astype(np.uint64)  # ids are >= 0 (checked); int32 -> uint64
             v <<= np.uint64(1)
             v |= np.asarray(mask[lo:hi]).astype(np.uint64) & np.uint64(1)
-            v *= keys
-            del keys
+            v *= fwd[: hi - lo]
             nonempty = lens > 0
-            sums[nonempty] = np.add.reduceat(v, starts[nonempty])
+            sums[nonempty] = np.add.reduceat(v, starts[nonempty]) * inv[starts[nonempty]]
     with np.errstate(over="ignore"):
         return _mix(sums + lens.astype(np.uint64) * _GOLD)
 
