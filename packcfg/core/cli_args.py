@@ -130,15 +130,15 @@ def add_out_argument(
 def split_paths_and_overrides(words: Sequence[str]) -> tuple[list[str], list[str]]:
     """`lint PATHS...`: a word that is an existing path is a path; else one in the override grammar is an
     override (applied to every file); anything else stays a path (reported as missing)."""
-    from packcfg.core.overrides import looks_like_override
-
     paths: list[str] = []
     overrides: list[str] = []
     for word in words:
-        if os.path.lexists(word) or not looks_like_override(word):
+        if os.path.lexists(word):
             paths.append(word)
-        else:
-            overrides.append(word)
+            continue
+        from packcfg.core.overrides import looks_like_override  # only when a word is not a path
+
+        (overrides if looks_like_override(word) else paths).append(word)
     return paths, overrides
 
 

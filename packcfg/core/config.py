@@ -15,14 +15,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packcfg.core.base_recipes import base_source
 from packcfg.core.diagnostics import ConfigPath, Position
 from packcfg.core.interpolate import Unknown, has_interpolation, is_unknown
-from packcfg.core.overrides import ADD, DELETE, Override, OverrideError
-from packcfg.core.overrides import parse_override as _parse_override
 from packcfg.core.yamlsource import LoadProblem, PosNode, YamlDocument, load_file
+
+if TYPE_CHECKING:
+    from packcfg.core.overrides import Override
+
+# packcfg.core.overrides kinds (that module and base_recipes are imported only when a run has overrides or a base)
+ADD, DELETE = "add", "delete"
 
 _REEXPORTED = (Unknown, is_unknown)  # rules and facts may test values with `is_unknown` from here
 
@@ -52,9 +55,11 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
 
 def parse_override_full(text: str) -> Override:
     """The override with its kind (`KEY=V`, `+KEY=V`, `++KEY=V`, `~KEY`); ConfigError when malformed."""
+    from packcfg.core.overrides import parse_override as _parse_override
+
     try:
         return _parse_override(text)
-    except OverrideError as exc:
+    except ValueError as exc:  # OverrideError
         raise ConfigError(str(exc)) from None
 
 
@@ -311,6 +316,8 @@ def _as_read(doc: YamlDocument, flatten: bool) -> tuple[dict[str, Any], Position
 @lru_cache(maxsize=8)
 def _base_document(path: Path, mtime_ns: int, name: str) -> YamlDocument:
     """A base recipe's snapshot, parsed once per process (its data is never mutated: merges copy)."""
+    from packcfg.core.base_recipes import base_source
+
     return load_file(path, base_source(name))
 
 
@@ -334,7 +341,7 @@ def _under_base(
     name: str, merged: dict[str, Any], tree: PositionTree, flatten: bool, lint: bool = False
 ) -> tuple[dict[str, Any], PositionTree, YamlDocument]:
     """The base recipe's values with the merged files over them."""
-    from packcfg.core.base_recipes import UnknownRecipe, recipe_path
+    from packcfg.core.base_recipes import UnknownRecipe, base_source, recipe_path
 
     try:
         path = recipe_path(name)

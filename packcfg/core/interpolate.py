@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 
@@ -43,17 +42,22 @@ def is_unknown(value: Any) -> bool:
     return value.__class__ is Unknown
 
 
-@dataclass(frozen=True)
 class Problem:
-    """An interpolation Bridge could not resolve: `path` holds the `${...}`."""
+    """An interpolation Bridge could not resolve: `path` holds the `${...}`. (A plain class, not a dataclass:
+    building dataclasses costs milliseconds at import, on every `packcfg lint`.)"""
 
-    path: tuple[str, ...]
-    message: str
-    target: tuple[str, ...] | None = None  # the missing key, for a missing target
+    __slots__ = ("path", "message", "target")
+
+    def __init__(self, path: tuple[str, ...], message: str, target: tuple[str, ...] | None = None) -> None:
+        self.path = path
+        self.message = message
+        self.target = target  # the missing key, for a missing target
+
+    def __repr__(self) -> str:
+        return f"Problem({self.path!r}, {self.message!r})"
 
 
-_INTERP = re.compile(r"\$\{")
-_INDEX = re.compile(r"\[(\d+)\]")
+_INDEX = r"\[(\d+)\]"  # `${a[0]}` -> a.0 (compiled and cached by `re` on first use)
 
 
 def has_interpolation(value: Any) -> bool:
@@ -213,7 +217,7 @@ class _Resolver:
         return self.value_at(target, path, expr)
 
     def target(self, body: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
-        body = _INDEX.sub(r".\1", body)
+        body = re.sub(_INDEX, r".\1", body)
         if body.startswith("."):
             dots = len(body) - len(body.lstrip("."))
             base = path[:-1]  # the mapping that holds the key

@@ -22,7 +22,6 @@ integers, floats (`1e-4`, `.5`, `inf`, `nan`), quoted strings, lists `[1,2]`, di
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 SET, ADD, FORCE_ADD, DELETE = "set", "add", "force_add", "delete"
@@ -32,29 +31,45 @@ class OverrideError(ValueError):
     """A malformed override; the message names it."""
 
 
-@dataclass(frozen=True)
 class Override:
-    text: str  # as the user wrote it
-    kind: str  # set | add | force_add | delete
-    path: tuple[str, ...]
-    value: Any = None
-    has_value: bool = True  # False only for `~KEY`
+    """One parsed override. A plain class, not a dataclass: dataclasses cost milliseconds at import."""
+
+    __slots__ = ("text", "kind", "path", "value", "has_value")
+
+    def __init__(
+        self, text: str, kind: str, path: tuple[str, ...], value: Any = None, has_value: bool = True
+    ) -> None:
+        self.text = text  # as the user wrote it
+        self.kind = kind  # set | add | force_add | delete
+        self.path = path
+        self.value = value
+        self.has_value = has_value  # False only for `~KEY`
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Override) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.kind, self.path))
+
+    def __repr__(self) -> str:
+        return f"Override({self.text!r}, {self.kind}, {self.path!r}, {self.value!r})"
 
 
+# Patterns, compiled (and cached) by `re` on first use: most lint runs have no override.
 # Hydra's key: dotted ids (`a.b.c`, list indices `a.0`); `@package` is a config-group feature Bridge has no use for.
-_KEY = re.compile(r"[A-Za-z0-9_$\-/]+(?:\.[A-Za-z0-9_$\-/]+)*")
-_INT = re.compile(r"[+-]?(?:0|[1-9](?:_?[0-9])*)")
+_KEY = r"[A-Za-z0-9_$\-/]+(?:\.[A-Za-z0-9_$\-/]+)*"
+_INT = r"[+-]?(?:0|[1-9](?:_?[0-9])*)"
 _DIGITS = r"[0-9](?:_?[0-9])*"
 _POINT = rf"(?:(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\.)"
-_FLOAT = re.compile(rf"[+-]?(?:{_POINT}|(?:{_DIGITS}|{_POINT})[eE][+-]?[0-9]+|[Ii][Nn][Ff]|[Nn][Aa][Nn])")
-_OVERRIDE_SHAPE = re.compile(r"(?:~|\+\+?)?[A-Za-z0-9_$\-/]+(?:\.[A-Za-z0-9_$\-/]+)*(?:=.*)?", re.S)
+_FLOAT = rf"[+-]?(?:{_POINT}|(?:{_DIGITS}|{_POINT})[eE][+-]?[0-9]+|[Ii][Nn][Ff]|[Nn][Aa][Nn])"
+_OVERRIDE_SHAPE = r"(?s:(?:~|\+\+?)?[A-Za-z0-9_$\-/]+(?:\.[A-Za-z0-9_$\-/]+)*(?:=.*)?)"
 _ESCAPABLE = "\\()[]{}:=, \t"
 _SWEEP_FUNCS = ("choice(", "range(", "interval(", "glob(", "sort(", "shuffle(", "tag(", "extend_list(")
 
 
 def looks_like_override(text: str) -> bool:
     """Whether a command-line word is meant as an override: `KEY=VALUE`, `+KEY=VALUE`, `++KEY=VALUE`, `~KEY`."""
-    if not _OVERRIDE_SHAPE.fullmatch(text):
+    if not re.fullmatch(_OVERRIDE_SHAPE, text):
         return False
     return "=" in text or text.startswith("~")
 
@@ -74,7 +89,7 @@ def parse_override(text: str) -> Override:
     key = key.strip()
     if not key:
         raise OverrideError(f"override {raw!r}: expected KEY=VALUE (or +KEY=VALUE, ++KEY=VALUE, ~KEY)")
-    if not _KEY.fullmatch(key):
+    if not re.fullmatch(_KEY, key):
         raise OverrideError(f"override {raw!r}: {key!r} is not a dotted key like train.micro_batch_size")
     path = tuple(key.split("."))
     if not sep:
@@ -241,11 +256,11 @@ def _typed(word: str) -> Any:
         return True
     if low == "false":
         return False
-    if _INT.fullmatch(word):
+    if re.fullmatch(_INT, word):
         try:
             return int(word.replace("_", ""))
         except ValueError:  # more digits than Python converts
             raise OverrideError(f"integer with {len(word)} digits is out of range") from None
-    if _FLOAT.fullmatch(word):
+    if re.fullmatch(_FLOAT, word):
         return float(word.replace("_", ""))
     return word
