@@ -46,7 +46,9 @@ class Override:
         self.has_value = has_value  # False only for `~KEY`
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Override) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+        return isinstance(other, Override) and all(
+            getattr(self, k) == getattr(other, k) for k in self.__slots__
+        )
 
     def __hash__(self) -> int:
         return hash((self.text, self.kind, self.path))
