@@ -45,7 +45,7 @@ def transformer_config(settings: ModelSettings, use_te: bool) -> TransformerConf
         tensor_model_parallel_size=settings.tp,
         context_parallel_size=settings.cp,
         pipeline_model_parallel_size=1,
-        sequence_parallel=settings.sequence_parallel,
+        sequence_parallel=settings.sequence_parallel and settings.tp > 1,  # off at TP 1, as Bridge (PL603)
         # Full master weights from one seed on CPU, then sliced, on every device: TP=2 starts from
         # TP=1's weights exactly (GPU initialisation draws each shard from a per-rank CUDA RNG).
         use_cpu_initialization=True,

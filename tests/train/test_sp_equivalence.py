@@ -176,6 +176,17 @@ def test_sp_padding_makes_token_counts_divisible():
     assert wide.loss_mask[:, 63:].sum() == 0
 
 
+def test_sequence_parallel_at_tp1_is_turned_off():
+    """As Bridge's `finalize()` does (lint PL603): megatron-core itself would refuse SP without TP."""
+    from packcfg.train.model import transformer_config
+    from packcfg.train.settings import TrainSettings
+
+    settings = TrainSettings.from_config(tiny_config(model={"sequence_parallel": True}))
+    assert (
+        settings.model.sequence_parallel and not transformer_config(settings.model, False).sequence_parallel
+    )
+
+
 def main() -> None:
     import torch.distributed as dist
 
