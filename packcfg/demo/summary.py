@@ -100,10 +100,10 @@ def format_text(s: dict[str, Any]) -> str:
         f"   ({_pct(packed['token_efficiency'])} of computed tokens real)",
         f"            padded  {padded['tokens_per_s']:>9,.0f} real tok/s   final loss {padded['final_loss']:.4f}"
         f"   ({_pct(padded['token_efficiency'])} of computed tokens real; {tr['padded_layout']})",
-        f"            length-grouped {grouped['tokens_per_s']:>9,.0f} real tok/s   "
-        f"({_pct(grouped['token_efficiency'])} of computed tokens real; similar lengths share a micro-batch)",
-        f"            speedup {tr['speedup_length_grouped']:.2f}x real tokens/s vs length-grouped padding "
-        f"(the headline); speedup {tr['speedup']:.2f}x vs the padded run ({tr['padded_layout']})",
+        f"            grouped {grouped['tokens_per_s']:>9,.0f} real tok/s"
+        f"   ({_pct(grouped['token_efficiency'])} of computed tokens real; length-grouped padded rows)",
+        f"            speedup {tr['speedup_length_grouped']:.2f}x real tokens/s vs length-grouped padding",
+        f"            speedup {tr['speedup']:.2f}x real tokens/s vs the padded run ({tr['padded_layout']})",
         f"            max |loss difference| packed vs padded over the run {tr['max_abs_loss_diff']:.2e}",
         f"  time      {t['total']:.1f} s (lint {t['lint']:.1f}, analyze {t['analyze']:.1f}, pack {t['pack']:.1f}, "
         f"import torch {t['setup']:.1f}, train packed {t['train_packed']:.1f}, train padded + length-grouped "
