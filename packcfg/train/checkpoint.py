@@ -5,11 +5,16 @@ Layout under `checkpoint.save`:
     iter_0000020/rng_rank00000.pt      one per global rank
     latest_checkpointed_iteration.txt  the newest complete iteration (Megatron's file name)
 Every rank writes into `.tmp_iter_...`; rank 0 renames it into place after a barrier, then updates
-`latest`: a crash mid-save leaves the previous checkpoint as the latest one.
+`latest`: a crash mid-save leaves the previous checkpoint as the latest one, and `latest` never moves back.
+
+Nothing read from a checkpoint runs code: every file is loaded with `torch.load(weights_only=True)` (tensors,
+numbers, strings and containers only), so the RNG states are stored in those types too. A file that would
+need more (a pickle carrying code) is refused with a one-line `CheckpointError`.
 """
 
 from __future__ import annotations
 
+import pickle
 import random
 import shutil
 from dataclasses import dataclass
@@ -27,20 +32,67 @@ from packcfg.train.parallel import Layout
 LATEST = "latest_checkpointed_iteration.txt"
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: unsafe, truncated, from another layout, or a bad `latest` file."""
+
+
+def load_file(path: Path) -> Any:
+    """`torch.load(path, weights_only=True)`, with every failure as one line naming the file."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"{path}: refused: not a plain tensor checkpoint (loading it would run code it carries; "
+            f"{first[:200]})"
+        ) from None
+    except (EOFError, RuntimeError, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: unreadable checkpoint file (truncated or corrupt? {first[:200]})") from None
+
+
+def read_latest(root: Path) -> int | None:
+    """The iteration `latest_checkpointed_iteration.txt` names; None when there is no such file."""
+    path = root / LATEST
+    if not path.is_file():
+        return None
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: unreadable ({exc})") from None
+    if not text.isdigit():
+        shown = repr(text[:40]) if text else "empty"
+        raise CheckpointError(f"{path}: expected an iteration number, found {shown}")
+    return int(text)
+
+
 def iteration_dir(root: Path, iteration: int) -> Path:
     return root / f"iter_{iteration:07d}"
 
 
 def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """RNG states in types `weights_only` loading accepts (numpy's key array as a tensor)."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = {
+        "kind": str(kind),
+        "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state(
+        (n["kind"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
@@ -87,15 +139,21 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
-        atomic_write_text(root / LATEST, f"{iteration}\n")
+        latest = read_latest(root)
+        if latest is None or latest <= iteration:  # never move `latest` back to an older iteration
+            atomic_write_text(root / LATEST, f"{iteration}\n")
     _barrier()
     return final
 
 
 def resolve_checkpoint(path: Path) -> Path | None:
     """A checkpoint root (uses its `latest` file) or an `iter_*` directory; None if there is none yet."""
-    if (path / LATEST).is_file():
-        return iteration_dir(path, int((path / LATEST).read_text().strip()))
+    latest = read_latest(path)
+    if latest is not None:
+        directory = iteration_dir(path, latest)
+        if not directory.is_dir():
+            raise CheckpointError(f"{path / LATEST}: names iteration {latest}, but {directory} is missing")
+        return directory
     if path.name.startswith("iter_") and path.is_dir():
         return path
     return None
@@ -111,9 +169,11 @@ def _model_file(directory: Path, layout: Layout) -> dict[str, Any]:
     path = directory / f"model_optim_tp{layout.tp_rank:02d}.pt"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing (saved with a different tensor-parallel size?)")
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_file(path)
+    if not isinstance(state, dict) or not {"tp", "model", "iteration"} <= set(state):
+        raise CheckpointError(f"{path}: not a packcfg checkpoint (expected model, iteration and tp entries)")
     if state["tp"] != layout.tp:
-        raise ValueError(f"{directory}: saved with TP {state['tp']}, this run has TP {layout.tp}")
+        raise CheckpointError(f"{directory}: saved with TP {state['tp']}, this run has TP {layout.tp}")
     return state
 
 
@@ -138,12 +198,24 @@ def load_checkpoint(
         master.load_state_dict(state["master"])
     rng = directory / f"rng_rank{layout.rank:05d}.pt"
     if rng.is_file():  # absent when resuming on a different world size: seeds stay as set at start
-        _set_rng_state(torch.load(rng, map_location="cpu", weights_only=False))
+        _set_rng_state(load_file(rng))
     return Resumed(int(state["iteration"]), int(state["consumed_units"]))
 
 
-def load_weights(directory: Path, layout: Layout, model: torch.nn.Module) -> int:
-    """Initial weights only (checkpoint.pretrained_checkpoint); returns the checkpoint's iteration."""
+def load_weights(
+    directory: Path, layout: Layout, model: torch.nn.Module, master: MasterWeights | None = None
+) -> int:
+    """Initial weights only (checkpoint.pretrained_checkpoint); returns the checkpoint's iteration.
+
+    With bf16 (`master` given) the fp32 master copies get the weights too: the checkpoint's own fp32 masters
+    when it has them, else the loaded model values (otherwise the first step would write the random init back)."""
     state = _model_file(directory, layout)
     model.load_state_dict(state["model"])
+    if master is not None:
+        if state.get("master") is not None:
+            master.load_state_dict(state["master"])
+        else:
+            with torch.no_grad():
+                for copy, p in zip(master.master_params, master.model_params, strict=True):
+                    copy.copy_(p.float())
     return int(state["iteration"])

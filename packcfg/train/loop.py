@@ -80,7 +80,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         pretrained = resolve_checkpoint(s.pretrained_dir)
         if pretrained is None:
             raise FileNotFoundError(f"checkpoint.pretrained_checkpoint: no checkpoint in {s.pretrained_dir}")
-        load_weights(pretrained, layout, model)
+        load_weights(pretrained, layout, model, master)
         _say(layout, f"initial weights from {pretrained}")
 
     metrics = MetricsLog(s.output_dir / "metrics.jsonl", enabled=layout.is_main, resume_from=start)
