@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pickle
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +29,9 @@ import torch.distributed as dist
 from packcfg.core.atomic import atomic_write_text
 from packcfg.train.optim import LrSchedule, MasterWeights
 from packcfg.train.parallel import Layout
+from packcfg.train.run_folder import LATEST, CheckpointError, read_latest
 
-LATEST = "latest_checkpointed_iteration.txt"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: unsafe, truncated, from another layout, or a bad `latest` file."""
+__all__ = ["LATEST", "CheckpointError", "read_latest"]
 
 
 def load_file(path: Path) -> Any:
@@ -41,29 +39,22 @@ def load_file(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = str(exc)
+        # torch's message advises retrying with weights_only=False: never repeat that advice to a user
+        unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if unsafe:
+            raise CheckpointError(
+                f"{path}: refused: it holds {unsafe.group(1)}, which would run code when loaded; packcfg loads "
+                "checkpoints as plain tensors only"
+            ) from None
         raise CheckpointError(
-            f"{path}: refused: not a plain tensor checkpoint (loading it would run code it carries; "
-            f"{first[:200]})"
+            f"{path}: unreadable checkpoint file (not a torch checkpoint, or corrupt)"
         ) from None
     except (EOFError, RuntimeError, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: unreadable checkpoint file (truncated or corrupt? {first[:200]})") from None
-
-
-def read_latest(root: Path) -> int | None:
-    """The iteration `latest_checkpointed_iteration.txt` names; None when there is no such file."""
-    path = root / LATEST
-    if not path.is_file():
-        return None
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: unreadable ({exc})") from None
-    if not text.isdigit():
-        shown = repr(text[:40]) if text else "empty"
-        raise CheckpointError(f"{path}: expected an iteration number, found {shown}")
-    return int(text)
+        raise CheckpointError(
+            f"{path}: unreadable checkpoint file (truncated or corrupt? {first[:200]})"
+        ) from None
 
 
 def iteration_dir(root: Path, iteration: int) -> Path:

@@ -35,7 +35,9 @@ def _config(root, iters, bf16=False, **checkpoint):
 
 
 def _run(config, packed_file, out, **options):
-    return train(config, TrainOptions(units=PackedParquet(packed_file), output_dir=out, progress=False, **options))
+    return train(
+        config, TrainOptions(units=PackedParquet(packed_file), output_dir=out, progress=False, **options)
+    )
 
 
 class _Payload:
@@ -59,7 +61,7 @@ def test_crafted_pickle_is_refused_and_never_runs(tmp_path, packed_file):
     torch.load(tmp_path / "control.pt", weights_only=False)
     assert control.exists()
 
-    with pytest.raises(CheckpointError, match="refused: not a plain tensor checkpoint"):
+    with pytest.raises(CheckpointError, match=r"refused: it holds [\w.]*open, which would run code"):
         _run(_config(tmp_path, SAVE_AT + 2), packed_file, tmp_path / "out", resume=True)
     assert not marker.exists()
 

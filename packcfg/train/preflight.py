@@ -1,0 +1,76 @@
+"""What `packcfg train` checks before megatron-core starts, beyond lint: facts of the resolved run that lint
+cannot see (the tokenizer file) or that megatron would only report as a raw traceback on every rank.
+
+Standard library only (plus `tokenizers` when a tokenizer file is named), so the parent process of a torchrun
+job runs these checks without importing torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from packcfg.resources import resolve_path
+from packcfg.train.settings import ModelSettings
+
+
+def model_problems(model: ModelSettings, kv_channels_set: bool = True) -> list[str]:
+    """Shapes megatron-core would reject (or silently mis-build) on every rank."""
+    out: list[str] = []
+    heads, groups, tp = model.num_attention_heads, model.num_query_groups, model.tp
+    if heads % groups:
+        out.append(f"model.num_attention_heads {heads} is not divisible by model.num_query_groups {groups}")
+    if heads % tp or groups % tp:
+        out.append(
+            f"model.num_attention_heads {heads} and model.num_query_groups {groups} must both divide by "
+            f"tensor_model_parallel_size {tp}"
+        )
+    if not kv_channels_set and model.hidden_size % heads:
+        out.append(
+            f"model.hidden_size {model.hidden_size} is not divisible by model.num_attention_heads {heads} "
+            "(set model.kv_channels to use another head size)"
+        )
+    if model.vocab_size % tp:
+        out.append(f"model.vocab_size {model.vocab_size} is not divisible by tensor_model_parallel_size {tp}")
+    return out
+
+
+def tokenizer_vocab_size(config: dict[str, Any], base: Path | None = None) -> tuple[Path, int] | None:
+    """(tokenizer.json, its vocabulary size incl. added tokens), when the config names a local one."""
+    name = (config.get("tokenizer") or {}).get("tokenizer_model")
+    if not isinstance(name, str) or not name:
+        return None
+    path = resolve_path(name, base)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        return None  # a hub id or a path on the cluster: nothing to check here
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable tokenizer ({exc})") from None
+    ids = list(((data.get("model") or {}).get("vocab") or {}).values()) if isinstance(data, dict) else []
+    ids += [t.get("id") for t in (data.get("added_tokens") or []) if isinstance(t, dict)]
+    ids = [i for i in ids if isinstance(i, int)]
+    return (path, max(ids) + 1) if ids else None
+
+
+def vocab_problems(config: dict[str, Any], model: ModelSettings, base: Path | None = None) -> list[str]:
+    found = tokenizer_vocab_size(config, base)
+    if found is None:
+        return []
+    path, size = found
+    if model.vocab_size < size:
+        return [
+            f"model.vocab_size {model.vocab_size} is smaller than the tokenizer's vocabulary ({size} ids in "
+            f"{path}): token ids >= {model.vocab_size} would index past the embedding"
+        ]
+    return []
+
+
+def preflight(config: dict[str, Any], base: Path | None = None) -> list[str]:
+    """Every problem found, one line each (empty: the run may start)."""
+    model = ModelSettings.from_config(config)
+    kv_set = (config.get("model") or {}).get("kv_channels") is not None
+    return model_problems(model, kv_set) + vocab_problems(config, model, base)
