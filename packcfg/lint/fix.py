@@ -35,7 +35,9 @@ class FixOutcome:
     diff: str = ""  # unified diff of every changed file
     messages: list[str] = field(default_factory=list)  # one line per refused or skipped edit
     changed: list[str] = field(default_factory=list)  # files whose text changed
-    applied: int = 0  # fixes applied
+    applied: int = 0  # edits applied
+    refused: int = 0  # fixes not applied because part of them cannot be written (command line, shared file)
+    edits_per_file: dict[str, int] = field(default_factory=dict)
 
 
 # ---- editing one YAML text with ruamel.yaml ---------------------------------------------------------
@@ -261,8 +263,11 @@ def fix_paths(
     texts: dict[str, str] = {}  # current text of every file touched or read
     originals: dict[str, str] = {}
     outcome = FixOutcome()
+    shared = {str(f) for f in config_files} if len(experiments) > 1 else set()
     for names in experiments:
-        _fix_experiment(names, overrides, texts, originals, outcome, settings, pack_metadata, check_paths)
+        _fix_experiment(
+            names, overrides, texts, originals, outcome, settings, pack_metadata, check_paths, shared
+        )
     for name, original in originals.items():
         if texts[name] == original:
             continue
@@ -289,6 +294,7 @@ def _fix_experiment(
     settings: Settings | None,
     pack_metadata: list[dict[str, Any]] | None,
     check_paths: bool,
+    shared: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> None:
     from packcfg.lint.engine import lint_located
 
@@ -315,17 +321,21 @@ def _fix_experiment(
         for d in diagnostics:
             if d.fix is None:
                 continue
-            for edit in d.fix.edits:
-                for target in _targets(edit, documents, located.sources):
-                    if is_override_source(target):
-                        key = (d.code, target)
-                        if key not in refused:
-                            refused.add(key)
-                            outcome.messages.append(_refusal(d, target))
-                        continue
-                    edits = per_file.setdefault(target, [])
-                    if edit not in edits:
-                        edits.append(edit)
+            # A fix is one equivalent change: applied whole, or not at all (a part on the command line or in
+            # a file other experiments share would leave some experiment half-changed).
+            placed = [(edit, target) for edit in d.fix.edits for target in _targets(edit, documents, located.sources)]
+            blocked = [t for _, t in placed if is_override_source(t) or t in shared]
+            if blocked:
+                key = (d.code, blocked[0])
+                if key not in refused:
+                    refused.add(key)
+                    outcome.messages.append(_refusal(d, blocked[0], placed, located.sources))
+                    outcome.refused += 1
+                continue
+            for edit, target in placed:
+                edits = per_file.setdefault(target, [])
+                if edit not in edits:
+                    edits.append(edit)
         if not per_file:
             return
         changed = False
@@ -339,16 +349,27 @@ def _fix_experiment(
             if new_text != texts[target]:
                 texts[target] = new_text
                 outcome.applied += len(edits)
+                outcome.edits_per_file[target] = outcome.edits_per_file.get(target, 0) + len(edits)
                 changed = True
         if not changed:
             return
 
 
-def _refusal(d: Diagnostic, target: str) -> str:
+def _refusal(d: Diagnostic, blocked: str, placed: Sequence[tuple[Edit, str]], sources: Any) -> str:
+    """What would have to change, and where: the fix is left to the user as a whole."""
     assert d.fix is not None
+    if is_override_source(blocked):
+        why = f"part of it is on the command line ({blocked[1:-1]})"
+    else:
+        why = f"part of it is in {blocked}, which other experiments in this run share"
+    where = []
+    for edit, target in placed:
+        at = sources.exact(tuple(edit.path))
+        spot = f"{at.file}:{at.line}" if at is not None and not is_override_source(at.file) else target
+        where.append(f"{'.'.join(edit.path)} ({spot})")
     return (
-        f"{d.code}: not fixed: the value comes from the command line ({target[1:-1]}); "
-        f"change it there ({d.fix.description})"
+        f"{d.code}: not fixed: {why}; change all of it together: {d.fix.description} "
+        f"[{', '.join(where)}]"
     )
 
 

@@ -79,6 +79,11 @@ def test_pk110_gives_the_equivalent_config(capsys: pytest.CaptureFixture[str]) -
         "train.micro_batch_size": 1,
         "train.global_batch_size": 32,
         "dataset.offline_packing_specs.packed_sequence_size": 16384,
+        # the fix finishes the job: seq_lengths that matched the pack size, and paths that name it
+        "model.seq_length": 16384,
+        "dataset.seq_length": 16384,
+        "dataset.offline_packing_specs.packed_train_data_path": "/data/sft/squad/packed/16384/training.parquet",
+        "dataset.offline_packing_specs.packed_metadata_path": "/data/sft/squad/packed/16384/metadata.json",
     }
 
 

@@ -172,8 +172,44 @@ def test_fix_refuses_values_from_the_command_line(fixable, tmp_path: Path, capsy
     code = main(["lint", str(path), "--select", "ZZ961", "-o", "train.micro_batch_size=4", "--fix"])
     err = capsys.readouterr().err
     assert code == 1
-    assert "ZZ961: not fixed: the value comes from the command line (-o train.micro_batch_size=4)" in err
+    assert "ZZ961: not fixed: part of it is on the command line (-o train.micro_batch_size=4)" in err
     assert path.read_text() == original
+
+
+PK110_CASE = Path(__file__).parents[1] / "cases" / "PK110_offline_mbs4.yaml"
+
+
+def test_fix_with_an_override_applies_nothing_of_a_partial_fix(tmp_path: Path, capsys) -> None:
+    """Issue 10: with `-o train.micro_batch_size=4` the GBS and pack size were fixed on every pass
+    (GBS 128 -> 2, pack size 4096 -> 262144) and "fixed" was printed. The fix is one change: all or nothing."""
+    path = tmp_path / "exp.yaml"
+    path.write_bytes(PK110_CASE.read_bytes())
+    for _ in range(3):
+        code = main(["lint", str(path), "train.micro_batch_size=4", "--fix"])
+        err = capsys.readouterr().err
+        assert code == 1
+        assert "PK110: not fixed: part of it is on the command line" in err
+        assert "train.global_batch_size (" in err and "fixed" not in err.replace("not fixed", "")
+    assert path.read_bytes() == PK110_CASE.read_bytes()
+
+
+def test_fix_with_a_shared_c_file_is_refused_whole(tmp_path: Path, capsys) -> None:
+    """Issue 10: a fix landing in a `-c` file shared by several experiments of one run is refused, naming
+    every value that would have to change, so no experiment is left non-equivalent."""
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("train:\n  micro_batch_size: 4\n  global_batch_size: 128\n")
+    text = PK110_CASE.read_text().replace("  micro_batch_size: 4   # carried over from the unpacked run\n", "")
+    text = text.replace("  global_batch_size: 128\n", "")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "exp.yaml").write_text(text)
+    (tmp_path / "b" / "exp.yaml").write_text(text.replace("4096", "2048"))
+    before = {p: p.read_bytes() for p in (shared, tmp_path / "a" / "exp.yaml", tmp_path / "b" / "exp.yaml")}
+    code = main(["lint", str(tmp_path / "a"), str(tmp_path / "b"), "-c", str(shared), "--fix"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"part of it is in {shared}, which other experiments in this run share" in err
+    assert {p: p.read_bytes() for p in before} == before
 
 
 def test_fix_leaves_unparsable_files_alone(fixable, tmp_path: Path, capsys) -> None:

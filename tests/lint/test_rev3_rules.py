@@ -312,3 +312,11 @@ def test_pk150_not_on_yarn_rope_that_bridge_keeps_unfused() -> None:
     assert "PK150" in codes(base)
     yarn = after("  calculate_per_token_loss: true", "  apply_rope_fusion: false\n  position_embedding_type: yarn\n")
     assert "PK150" not in codes(yarn)
+
+
+def test_pk110_with_gbs_not_a_multiple_never_writes_a_fraction() -> None:
+    text = edit(("  micro_batch_size: 1\n", "  micro_batch_size: 3\n"))
+    (pk110,) = found(text, "PK110")
+    assert pk110.fix is None
+    assert "/" not in pk110.message and "no exact packed equivalent" in pk110.message
+    assert "126 (packed: 42) or 129 (packed: 43)" in (pk110.hint or "")

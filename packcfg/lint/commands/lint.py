@@ -202,11 +202,9 @@ def run(args: argparse.Namespace) -> int:
                 return 1 if outcome.diff else 0
             for message in outcome.messages:
                 print(message, file=sys.stderr)
-            if outcome.changed:
-                print(
-                    f"packcfg lint: fixed {len(outcome.changed)} file(s): {', '.join(outcome.changed)}",
-                    file=sys.stderr,
-                )
+            for name in outcome.changed:
+                n = outcome.edits_per_file.get(name, 0)
+                print(f"packcfg lint: fixed {n} edit{'s' if n != 1 else ''} in {name}", file=sys.stderr)
         if paths:
             result = engine.lint_paths(
                 paths,

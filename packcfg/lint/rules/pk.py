@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from packcfg.core.diagnostics import Fix, Severity
@@ -134,6 +135,9 @@ def pk103(ctx: RuleContext) -> Iterator[Finding]:
         )
 
 
+PACKED_PATH_KEYS = ("packed_train_data_path", "packed_val_data_path", "packed_metadata_path")
+
+
 @rule(
     "PK110",
     Severity.ERROR,
@@ -143,13 +147,16 @@ def pk103(ctx: RuleContext) -> Iterator[Finding]:
         what="Offline packed data is already one pack per row: `train.micro_batch_size` must be 1.",
         why=(
             "With MBS > 1 the packed rows are stacked again, which corrupts the THD layout silently or fails "
-            "late. The equivalent config is MBS 1, GBS / MBS and packed_sequence_size * MBS."
+            "late. The equivalent config is MBS 1, GBS / MBS and packed_sequence_size * MBS; the fix also moves the "
+            "seq_lengths that matched the pack size and the packed paths that name it, and offers nothing when GBS "
+            "is not a multiple of MBS (no fraction is ever written)."
         ),
         failing=edit(("  micro_batch_size: 1\n", "  micro_batch_size: 4\n")),
         passing=BASE,
         fixed=edit(
             ("    packed_sequence_size: 4096\n", "    packed_sequence_size: 16384\n"),
             ("  global_batch_size: 128\n", "  global_batch_size: 32\n"),
+            base=BASE.replace("  seq_length: 4096\n", "  seq_length: 16384\n"),  # model and dataset
         ),
         source='Megatron Bridge training/config.py:1604-1617 (main 067f987); docs/training/packed-sequences.md, "Stable Constraints"',
     ),
@@ -161,26 +168,53 @@ def pk110(ctx: RuleContext) -> Iterator[Finding]:
     mbs, gbs, pss = f.mbs, f.gbs, f.packed_sequence_size
     if gbs is not None and pss is not None and gbs % mbs == 0:
         new_gbs, new_pss = gbs // mbs, pss * mbs
+        edits = [
+            set_edit(ctx, ("train", "micro_batch_size"), 1),
+            set_edit(ctx, ("train", "global_batch_size"), new_gbs),
+            set_edit(ctx, spec_path("packed_sequence_size"), new_pss),
+        ]
+        changes = [f"micro_batch_size {mbs} -> 1", f"global_batch_size {gbs} -> {new_gbs}",
+                   f"packed_sequence_size {pss} -> {new_pss}"]  # fmt: skip
+        # seq_length follows the pack size where it matched it (else DS705 would follow the fix)
+        for section in ("model", "dataset"):
+            if ctx.get((section, "seq_length")) == pss:
+                edits.append(set_edit(ctx, (section, "seq_length"), new_pss))
+                changes.append(f"{section}.seq_length {pss} -> {new_pss}")
+        # packed-data paths that name the old size name the new one: the data must be re-packed anyway
+        renamed = []
+        for key in PACKED_PATH_KEYS:
+            value = ctx.get(spec_path(key))
+            if isinstance(value, str) and re.search(rf"(?<!\d){pss}(?!\d)", value):
+                edits.append(
+                    set_edit(ctx, spec_path(key), re.sub(rf"(?<!\d){pss}(?!\d)", str(new_pss), value))
+                )
+                renamed.append(key)
+        hint = "re-pack the data for the new pack size (packcfg pack)" + (
+            f"; {', '.join(renamed)} renamed for it" if renamed else ""
+        )
         yield Finding(
             f"offline packing needs train.micro_batch_size 1, got {mbs}; equivalent config: micro_batch_size 1, "
             f"global_batch_size {new_gbs} (was {gbs}), packed_sequence_size {new_pss} (was {pss})",
             at=("train", "micro_batch_size"),
-            fix=Fix(
-                f"micro_batch_size {mbs} -> 1, global_batch_size {gbs} -> {new_gbs}, "
-                f"packed_sequence_size {pss} -> {new_pss}",
-                (
-                    set_edit(ctx, ("train", "micro_batch_size"), 1),
-                    set_edit(ctx, ("train", "global_batch_size"), new_gbs),
-                    set_edit(ctx, spec_path("packed_sequence_size"), new_pss),
-                ),
-            ),
+            fix=Fix(", ".join(changes), tuple(edits)),
+            hint=hint,
+        )
+    elif gbs is not None and pss is not None:
+        low = gbs // mbs * mbs
+        options = [n for n in (low, low + mbs) if n > 0]
+        choices = " or ".join(f"{n} (packed: {n // mbs})" for n in options)
+        yield Finding(
+            f"offline packing needs train.micro_batch_size 1, got {mbs}; global_batch_size {gbs} is not a "
+            f"multiple of {mbs}, so there is no exact packed equivalent (packed_sequence_size {pss * mbs})",
+            at=("train", "micro_batch_size"),
+            hint=f"no automatic fix: first choose a global_batch_size that is a multiple of {mbs}: {choices}",
         )
     else:
         yield Finding(
-            f"offline packing needs train.micro_batch_size 1, got {mbs}; use micro_batch_size 1, "
-            f"global_batch_size {value_repr(gbs)}/{mbs} and packed_sequence_size {value_repr(pss)}*{mbs}",
+            f"offline packing needs train.micro_batch_size 1, got {mbs}; the equivalent config is micro_batch_size "
+            f"1 with global_batch_size / {mbs} and packed_sequence_size x {mbs}",
             at=("train", "micro_batch_size"),
-            hint="no automatic fix: global_batch_size is not a multiple of micro_batch_size or sizes are unknown",
+            hint="no automatic fix: global_batch_size or packed_sequence_size is not known",
         )
 
 
