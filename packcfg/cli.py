@@ -41,7 +41,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Validate, pack, launch and train packed-sequence fine-tuning on Megatron.",
     )
     parser.add_argument("--version", action="version", version=f"packcfg {__version__}")
-    from packcfg.core.cli_args import CommandParser  # flags and positionals may mix (`train cfg.yaml --out D k=v`)
+    from packcfg.core.cli_args import (
+        CommandParser,  # flags and positionals may mix (`train cfg.yaml --out D k=v`)
+    )
 
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for name, (module_name, help_text) in COMMANDS.items():

@@ -122,7 +122,10 @@ BAD_YAML: dict[str, bytes | str] = {
     "unclosed": "model: {tensor_model_parallel_size: 2\n",
     "python_tag": "model: !!python/object/apply:os.system ['touch pwned']\n",
     "alias_bomb": "a: &a [x, x, x, x, x, x, x, x, x]\n"
-    + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(12)),
+    + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(12)
+    ),
     "deep": "a: " + "[" * 5000 + "]" * 5000 + "\n",
     "huge_int": "train:\n  micro_batch_size: " + "9" * 5000 + "\n",
     "nan": "train:\n  micro_batch_size: .nan\n",
@@ -139,7 +142,7 @@ BAD_YAML: dict[str, bytes | str] = {
     "multi_doc": "model: {}\n---\ntrain: {}\n",
     "null_sections": "model:\ntrain:\ndataset:\n",
     "list_sections": "model: [1, 2]\ntrain: 3\n",
-    "control_chars": "model:\n  name: \"\\x1b[31mred\\n::warning::x\"\n",
+    "control_chars": 'model:\n  name: "\\x1b[31mred\\n::warning::x"\n',
     "unknown_keys": "model:\n  tensor_model_paralel_size: 2\nlaunch:\n  bakend: slurm\n",
     "long_line": "model:\n  name: " + "x" * 2_000_000 + "\n",
     "builder": "model:\n  _builder_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  transformer:\n    context_parallel_size: 2\n",
@@ -147,9 +150,27 @@ BAD_YAML: dict[str, bytes | str] = {
 }
 
 BAD_OVERRIDES = [
-    "=", "=1", "a", "+", "~", "++", "a..b=1", "a.=1", ".a=1", "a=[1,", "a={b:", "a='x", "train.micro_batch_size=[",
-    "~train.nope", "+train.micro_batch_size=2", "++train.micro_batch_size=2", "train.micro_batch_size=1e400",
-    "model.tensor_model_parallel_size=${oc.env:TP}", "a=\x1b[31m", "a.b.c.d.e.f=1", "train=3",
+    "=",
+    "=1",
+    "a",
+    "+",
+    "~",
+    "++",
+    "a..b=1",
+    "a.=1",
+    ".a=1",
+    "a=[1,",
+    "a={b:",
+    "a='x",
+    "train.micro_batch_size=[",
+    "~train.nope",
+    "+train.micro_batch_size=2",
+    "++train.micro_batch_size=2",
+    "train.micro_batch_size=1e400",
+    "model.tensor_model_parallel_size=${oc.env:TP}",
+    "a=\x1b[31m",
+    "a.b.c.d.e.f=1",
+    "train=3",
     "train.micro_batch_size.x=1",
 ]
 
@@ -157,12 +178,14 @@ BAD_OVERRIDES = [
 def lint_cases() -> list[Case]:
     cases: list[Case] = []
     for name, text in BAD_YAML.items():
+
         def setup(d: Path, text=text) -> list[str]:
             write(d, "exp.yaml", text)
             return ["lint", "exp.yaml"]
 
         cases.append(Case("lint", f"yaml:{name}", setup, protect=("exp.yaml",)))
         for fmt in ("json", "sarif", "github", "junit"):
+
             def setup_fmt(d: Path, text=text, fmt=fmt) -> list[str]:
                 write(d, "exp.yaml", text)
                 return ["lint", "exp.yaml", "--format", fmt]
@@ -175,6 +198,7 @@ def lint_cases() -> list[Case]:
 
         cases.append(Case("lint", f"yaml:{name}:fix", setup_fix))
     for ov in BAD_OVERRIDES:
+
         def setup_ov(d: Path, ov=ov) -> list[str]:
             write(d, "exp.yaml", MINIMAL)
             return ["lint", "exp.yaml", ov]
@@ -269,9 +293,16 @@ def lint_cases() -> list[Case]:
         return ["lint", "a.yaml", "--recipe", "llama3_8b_sft_config"]
 
     for fn, expect in (
-        (select_empty, "refuse"), (select_unknown, "any"), (symlink_loop, "any"), (broken_link, "refuse"),
-        (dir_loop, "any"), (missing, "refuse"), (ctrl_name, "refuse"), (fifo_input, "refuse"),
-        (unknown_recipe, "refuse"), (base_override_mbs, "refuse"),
+        (select_empty, "refuse"),
+        (select_unknown, "any"),
+        (symlink_loop, "any"),
+        (broken_link, "refuse"),
+        (dir_loop, "any"),
+        (missing, "refuse"),
+        (ctrl_name, "refuse"),
+        (fifo_input, "refuse"),
+        (unknown_recipe, "refuse"),
+        (base_override_mbs, "refuse"),
     ):
         cases.append(Case("lint", fn.__name__, fn, expect=expect, timeout=60))
 
@@ -291,7 +322,9 @@ def lint_cases() -> list[Case]:
 
 def tiny_config(d: Path, extra: str = "") -> Path:
     text = TINY.read_text()
-    text = text.replace('"@packcfg/data/sample_sft/tokenizer.json"', str(ROOT / "packcfg/data/sample_sft/tokenizer.json"))
+    text = text.replace(
+        '"@packcfg/data/sample_sft/tokenizer.json"', str(ROOT / "packcfg/data/sample_sft/tokenizer.json")
+    )
     text = text.replace('"@packcfg/data/sample_sft"', str(ROOT / "packcfg/data/sample_sft"))
     return write(d, "exp.yaml", text + extra)
 
@@ -320,9 +353,20 @@ def pack_cases() -> list[Case]:
     }
     for name, text in jsonl_inputs.items():
         for oversize in ("error", "drop", "truncate", "split"):
+
             def setup(d: Path, text=text, oversize=oversize) -> list[str]:
                 write(d, "data.jsonl", text)
-                return ["pack", "data.jsonl", "--capacity", "512", "--oversize", oversize, "--out", "out.parquet", "-q"]
+                return [
+                    "pack",
+                    "data.jsonl",
+                    "--capacity",
+                    "512",
+                    "--oversize",
+                    oversize,
+                    "--out",
+                    "out.parquet",
+                    "-q",
+                ]
 
             ok_inputs = {"crlf", "bom", "blank_lines"}
             expect = "any" if name in ok_inputs or (name == "oversize" and oversize != "error") else "refuse"
@@ -330,7 +374,9 @@ def pack_cases() -> list[Case]:
                 expect = "refuse"  # dropping every sample must not write an empty pack
             if name == "mixed_ok_then_bad" or name == "empty_list":
                 expect = "any" if name == "empty_list" else "refuse"
-            cases.append(Case("pack", f"jsonl:{name}:{oversize}", setup, expect=expect, protect=("data.jsonl",)))
+            cases.append(
+                Case("pack", f"jsonl:{name}:{oversize}", setup, expect=expect, protect=("data.jsonl",))
+            )
 
     good = "".join(json.dumps({"input_ids": list(range(1, 1 + (i % 50) + 5))}) + "\n" for i in range(200))
 
@@ -415,8 +461,21 @@ def verify_cases() -> list[Case]:
     def packed(d: Path) -> None:
         write(d, "data.jsonl", good)
         subprocess.run(
-            [sys.executable, "-m", "packcfg", "pack", "data.jsonl", "--capacity", "256", "--out", "p.parquet", "-q"],
-            cwd=d, check=True, capture_output=True,
+            [
+                sys.executable,
+                "-m",
+                "packcfg",
+                "pack",
+                "data.jsonl",
+                "--capacity",
+                "256",
+                "--out",
+                "p.parquet",
+                "-q",
+            ],
+            cwd=d,
+            check=True,
+            capture_output=True,
         )
 
     def tamper(mutate: Callable[[dict], None]) -> Callable[[Path], list[str]]:
@@ -449,7 +508,9 @@ def verify_cases() -> list[Case]:
         data["rows"][0]["loss_mask"] = data["rows"][0]["loss_mask"][:-3]
 
     for fn in (dup_row, drop_row, neg_id, bad_start, short_mask):
-        cases.append(Case("verify", f"tampered:{fn.__name__}", tamper(fn), expect="refuse", protect=("p.parquet",)))
+        cases.append(
+            Case("verify", f"tampered:{fn.__name__}", tamper(fn), expect="refuse", protect=("p.parquet",))
+        )
 
     def good_file(d: Path) -> list[str]:
         packed(d)
@@ -520,23 +581,33 @@ def launch_cases() -> list[Case]:
         return ["render", "exp.yaml", "--out", "bundle"]
 
     def secret_literal(d: Path) -> list[str]:
-        tiny_config(d, "\nlogger:\n  wandb_api_key: abcdef0123456789\n".replace("\nlogger:\n  log_interval: 1\n", ""))
+        tiny_config(
+            d, "\nlogger:\n  wandb_api_key: abcdef0123456789\n".replace("\nlogger:\n  log_interval: 1\n", "")
+        )
         text = (d / "exp.yaml").read_text().replace("logger:\n  log_interval: 1\n", "")
         (d / "exp.yaml").write_text(text)
         return ["render", "exp.yaml", "--out", "b"]
 
     def secret_env(d: Path) -> list[str]:
-        text = tiny_config(d).read_text().replace("  engine: packcfg\n", "  engine: packcfg\n  env:\n    MY_SECRET_THING: hunter2\n")
+        text = (
+            tiny_config(d)
+            .read_text()
+            .replace("  engine: packcfg\n", "  engine: packcfg\n  env:\n    MY_SECRET_THING: hunter2\n")
+        )
         (d / "exp.yaml").write_text(text)
         return ["render", "exp.yaml", "--out", "b"]
 
     def token_file_ok(d: Path) -> list[str]:
-        text = tiny_config(d).read_text().replace("  engine: packcfg\n", "  engine: packcfg\n  env:\n    MY_TOKEN_FILE: /secrets/tok\n")
+        text = (
+            tiny_config(d)
+            .read_text()
+            .replace("  engine: packcfg\n", "  engine: packcfg\n  env:\n    MY_TOKEN_FILE: /secrets/tok\n")
+        )
         (d / "exp.yaml").write_text(text)
         return ["render", "exp.yaml", "--out", "b"]
 
     def shell_name(d: Path) -> list[str]:
-        text = tiny_config(d).read_text().replace("name: tiny_cpu_sft", "name: \"x$(touch pwned);`id`\"")
+        text = tiny_config(d).read_text().replace("name: tiny_cpu_sft", 'name: "x$(touch pwned);`id`"')
         (d / "exp.yaml").write_text(text)
         return ["render", "exp.yaml", "--out", "b"]
 
@@ -581,6 +652,7 @@ def launch_cases() -> list[Case]:
     }
     for name, recs in corrupt_records.items():
         for command in ("status", "logs", "cancel"):
+
             def setup(d: Path, recs=recs, command=command) -> list[str]:
                 store_with(recs)(d)
                 argv = [command] + (["j1"] if command != "status" else [])
@@ -604,6 +676,7 @@ def train_cases() -> list[Case]:
         "missing_tokenizer": ["tokenizer.tokenizer_model=/nope/tokenizer.json"],
     }
     for name, overrides in blocked.items():
+
         def setup(d: Path, overrides=overrides) -> list[str]:
             tiny_config(d)
             return ["train", "exp.yaml", *overrides, "train.train_iters=1"]
@@ -632,12 +705,27 @@ def train_cases() -> list[Case]:
         (ckpt / "latest_checkpointed_iteration.txt").write_text("")
         return ["train", "exp.yaml", "--resume", "train.train_iters=2"]
 
-    cases.append(Case("train", "malicious_checkpoint", malicious_checkpoint, expect="refuse", protect=("pwned",), timeout=300))
+    cases.append(
+        Case(
+            "train",
+            "malicious_checkpoint",
+            malicious_checkpoint,
+            expect="refuse",
+            protect=("pwned",),
+            timeout=300,
+        )
+    )
     cases.append(Case("train", "empty_latest", empty_latest, expect="refuse", timeout=300))
     return cases
 
 
-GROUPS = {"lint": lint_cases, "pack": pack_cases, "verify": verify_cases, "launch": launch_cases, "train": train_cases}
+GROUPS = {
+    "lint": lint_cases,
+    "pack": pack_cases,
+    "verify": verify_cases,
+    "launch": launch_cases,
+    "train": train_cases,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

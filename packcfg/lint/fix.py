@@ -323,7 +323,11 @@ def _fix_experiment(
                 continue
             # A fix is one equivalent change: applied whole, or not at all (a part on the command line or in
             # a file other experiments share would leave some experiment half-changed).
-            placed = [(edit, target) for edit in d.fix.edits for target in _targets(edit, documents, located.sources)]
+            placed = [
+                (edit, target)
+                for edit in d.fix.edits
+                for target in _targets(edit, documents, located.sources)
+            ]
             blocked = [t for _, t in placed if is_override_source(t) or t in shared]
             if blocked:
                 key = (d.code, blocked[0])
@@ -367,10 +371,7 @@ def _refusal(d: Diagnostic, blocked: str, placed: Sequence[tuple[Edit, str]], so
         at = sources.exact(tuple(edit.path))
         spot = f"{at.file}:{at.line}" if at is not None and not is_override_source(at.file) else target
         where.append(f"{'.'.join(edit.path)} ({spot})")
-    return (
-        f"{d.code}: not fixed: {why}; change all of it together: {d.fix.description} "
-        f"[{', '.join(where)}]"
-    )
+    return f"{d.code}: not fixed: {why}; change all of it together: {d.fix.description} [{', '.join(where)}]"
 
 
 def _quiet(message: str) -> None:

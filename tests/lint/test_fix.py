@@ -198,7 +198,9 @@ def test_fix_with_a_shared_c_file_is_refused_whole(tmp_path: Path, capsys) -> No
     every value that would have to change, so no experiment is left non-equivalent."""
     shared = tmp_path / "shared.yaml"
     shared.write_text("train:\n  micro_batch_size: 4\n  global_batch_size: 128\n")
-    text = PK110_CASE.read_text().replace("  micro_batch_size: 4   # carried over from the unpacked run\n", "")
+    text = PK110_CASE.read_text().replace(
+        "  micro_batch_size: 4   # carried over from the unpacked run\n", ""
+    )
     text = text.replace("  global_batch_size: 128\n", "")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -310,7 +310,9 @@ def test_pl605_counts_embedding_and_loss_in_the_pipeline_split(
 def test_pk150_not_on_yarn_rope_that_bridge_keeps_unfused() -> None:
     base = after("  calculate_per_token_loss: true", "  apply_rope_fusion: false\n")
     assert "PK150" in codes(base)
-    yarn = after("  calculate_per_token_loss: true", "  apply_rope_fusion: false\n  position_embedding_type: yarn\n")
+    yarn = after(
+        "  calculate_per_token_loss: true", "  apply_rope_fusion: false\n  position_embedding_type: yarn\n"
+    )
     assert "PK150" not in codes(yarn)
 
 

@@ -74,7 +74,9 @@ def render(diagnostics: Sequence[Diagnostic], files: Sequence[str], *, color: bo
         }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
-        if is_override_source(d.file) or is_base_source(d.file):  # no file to point at: say where it came from
+        if is_override_source(d.file) or is_base_source(
+            d.file
+        ):  # no file to point at: say where it came from
             result["message"]["text"] = f"{d.message} (set by {d.file[1:-1]})"
         else:
             result["locations"] = [

@@ -142,7 +142,10 @@ def _gate_and_check(config: dict, args: argparse.Namespace) -> int | None:
         finished = prepare_run_folder(
             config, args.batching, args.output_dir, resume=args.resume, force=args.force
         )
-    except (ValueError, OSError) as exc:  # RunFolderError, CheckpointError (a bad latest file), unreadable folder
+    except (
+        ValueError,
+        OSError,
+    ) as exc:  # RunFolderError, CheckpointError (a bad latest file), unreadable folder
         return _fail(f"packcfg train: {exc}")
     if finished is not None:
         print(f"packcfg train: nothing to do: the run already finished ({finished})")
