@@ -38,6 +38,7 @@ class FixOutcome:
     applied: int = 0  # edits applied
     refused: int = 0  # fixes not applied because part of them cannot be written (command line, shared file)
     edits_per_file: dict[str, int] = field(default_factory=dict)
+    unwritten: list[str] = field(default_factory=list)  # files with fixes that could not be written
 
 
 # ---- editing one YAML text with ruamel.yaml ---------------------------------------------------------
@@ -197,9 +198,20 @@ def _apply_edit(root: Any, edit: Edit) -> str | None:
 
 
 def apply_edits(text: str, edits: Sequence[Edit]) -> tuple[str, list[str]]:
-    """`text` with `edits` applied (sets and deletes first, then renames); returns (new text, problems)."""
+    """`text` with `edits` applied; returns (new text, problems). Every byte outside the edited values stays:
+    a set of an existing scalar is a splice of that scalar's characters; anything else goes through ruamel.yaml
+    and only the lines it had to change are taken from its output (line endings, flow style, indentation and
+    anchors of the other lines are the file's own)."""
+    spliced = _splice_sets(text, edits)
+    if spliced is not None:
+        return spliced, []
+    new_text, problems = _round_trip(text, edits)
+    return _keep_layout(text, new_text), problems
+
+
+def _round_trip(text: str, edits: Sequence[Edit]) -> tuple[str, list[str]]:
     try:
-        yaml, root = _yaml(text)
+        yaml, root = _yaml(text.replace("\r\n", "\n"))
     except Exception as exc:  # ruamel has many error types; any of them means "cannot round-trip"
         raise FixError(
             f"cannot rewrite this YAML while keeping its layout ({exc.__class__.__name__})"
@@ -213,6 +225,89 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> tuple[str, list[str]]:
     out = io.StringIO()
     yaml.dump(root, out)
     return out.getvalue(), problems
+
+
+def _scalar_text(value: Any, style: str | None) -> str | None:
+    """`value` written as a YAML scalar in the style the old value had (None: not a plain scalar)."""
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        if style == "'" and "\n" not in value:
+            return "'" + value.replace("'", "''") + "'"
+        if (
+            style == '"'
+            or not value
+            or value != value.strip()
+            or any(c in value for c in ":#{}[],&*!|>'\"%@`\n")
+        ):
+            return json.dumps(value)
+        return value
+    return None
+
+
+def _splice_sets(text: str, edits: Sequence[Edit]) -> str | None:
+    """Each edit is a `set` of a scalar that exists in `text`: replace exactly its characters. None otherwise."""
+    import yaml
+
+    if not edits or any(e.action != "set" for e in edits):
+        return None
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return None
+    spans: list[tuple[int, int, str]] = []
+    for edit in edits:
+        node = root
+        for key in edit.path:
+            if not isinstance(node, yaml.MappingNode):
+                return None
+            found = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key]
+            if len(found) != 1:
+                return None
+            node = found[0]
+        if not isinstance(node, yaml.ScalarNode) or node.style in ("|", ">"):
+            return None
+        start, end = node.start_mark.index, node.end_mark.index
+        if end <= start or "\n" in text[start:end] or "*" in text[start : start + 1]:
+            return None  # multi-line scalar, or an alias: the round trip decides
+        new = _scalar_text(edit.value, node.style)
+        if new is None:
+            return None
+        spans.append((start, end, new))
+    spans.sort(reverse=True)
+    for (start, _, _), (_, prev_end, _) in zip(spans, spans[1:], strict=False):
+        if prev_end > start:
+            return None  # overlapping spans: not independent edits
+    out = text
+    for start, end, new in spans:
+        out = out[:start] + new + out[end:]
+    return out
+
+
+def _keep_layout(old: str, new: str) -> str:
+    """`new` (ruamel's LF output) with every line it did not change taken byte for byte from `old`, and new
+    lines ending as the file's lines do (CRLF stays CRLF)."""
+    old_lines = old.splitlines(keepends=True)
+    crlf = sum(line.endswith("\r\n") for line in old_lines) > len(old_lines) // 2
+    new_lines = new.splitlines(keepends=True)
+    bare_old = [line.rstrip("\r\n") for line in old_lines]
+    bare_new = [line.rstrip("\r\n") for line in new_lines]
+    out: list[str] = []
+    ending = "\r\n" if crlf else "\n"
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=bare_old, b=bare_new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            out.extend(old_lines[i1:i2])
+        else:
+            out.extend(line + ending for line in bare_new[j1:j2])
+    if out and not new.endswith("\n") and not old.endswith(("\n", "\r")):
+        out[-1] = out[-1].rstrip("\r\n")
+    return "".join(out)
 
 
 # ---- provenance: which file each edit belongs to -----------------------------------------------------
@@ -281,8 +376,36 @@ def fix_paths(
             )
         )
         if write:
-            atomic_write_text(Path(name), texts[name])
+            problem = _write_kept(Path(name), texts[name])
+            if problem:
+                outcome.messages.append(problem)
+                outcome.changed.remove(name)
+                outcome.unwritten.append(name)
     return outcome
+
+
+def _write_kept(path: Path, text: str) -> str | None:
+    """Write the fixed text over the file, keeping what the file is: its BOM, its mode and owner, a symlink
+    stays a link (its target is written). A hard-linked file is not replaced (that would split the links).
+    Returns why the file was not written, or None."""
+    import os
+
+    try:
+        target = path.resolve(strict=True)
+        st = os.stat(target)
+        bom = target.read_bytes().startswith(b"\xef\xbb\xbf")
+    except OSError as exc:
+        return f"{path}: not fixed: cannot read it back ({exc.strerror or exc})"
+    if st.st_nlink > 1:
+        return f"{path}: not fixed: it has {st.st_nlink} hard links and a rewrite would split them; apply the fix by hand"
+    data = ("\ufeff" if bom else "") + text
+    try:
+        atomic_write_text(target, data, st.st_mode & 0o7777)
+        if (st.st_uid, st.st_gid) != (os.stat(target).st_uid, os.stat(target).st_gid):
+            os.chown(target, st.st_uid, st.st_gid)
+    except OSError as exc:
+        return f"{path}: not fixed: cannot write it ({exc.strerror or exc})"
+    return None
 
 
 def _fix_experiment(
