@@ -34,6 +34,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# subcommand -> (extra, modules) it needs beyond the core, checked before any work (packcfg.core.extras)
+NEEDS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "train": (("train", ("torch", "megatron.core", "pyarrow", "tokenizers")),),
+    "export-hf": (("train", ("torch", "megatron.core")), ("hf", ("transformers", "safetensors"))),
+    "demo": (("train", ("torch", "megatron.core", "pyarrow", "tokenizers")), ("pack", ("matplotlib",))),
+    "pack": (("pack", ("pyarrow", "tokenizers")),),
+    "analyze": (("pack", ("pyarrow", "tokenizers")),),
+    "verify": (("pack", ("pyarrow",)),),
+}
+
+
+def check_extras(command: str) -> str | None:
+    """The one-line message when `command` lacks an optional dependency, else None."""
+    from packcfg.core.extras import MissingExtra, require
+
+    try:
+        for extra, modules in NEEDS.get(command, ()):
+            require(command, extra, modules)
+    except MissingExtra as exc:
+        return str(exc)
+    return None
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser, or with `only` just that subcommand (so `packcfg lint` imports only lint)."""
     parser = argparse.ArgumentParser(
@@ -64,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
+        return 2
+    missing = check_extras(args.command)
+    if missing:
+        print(missing, file=sys.stderr)
         return 2
     try:
         return int(args._run(args) or 0)
