@@ -432,9 +432,20 @@ def ensure_packed(
     return pack_dataset(settings_from_config(config, base_dir), force=force, progress=progress)
 
 
+def config_is_packed(config: Mapping[str, Any]) -> bool:
+    """Offline packing is on: the config's global batch size already counts packs, not samples."""
+    return _get(config, "dataset.enable_offline_packing") is True or bool(
+        _get(config, "dataset.packed_sequence_specs")
+    )
+
+
 def unpacked_global_batch_size(config: Mapping[str, Any]) -> int | None:
-    """`train.global_batch_size` when it is a real positive int: the batch size packing advice starts from."""
+    """`train.global_batch_size` when it is a real positive int of an unpacked config: the batch size packing
+    advice starts from. None for a config that already packs (its GBS counts packs; dividing again would be
+    wrong)."""
     value = _get(config, "train.global_batch_size")
+    if config_is_packed(config):
+        return None
     return value if type(value) is int and value > 0 else None
 
 

@@ -46,7 +46,15 @@ def stats_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("padded baseline efficiency", f"{100 * adv['padded_baseline_efficiency']:.2f}%"),
         ("worth packing", f"{'yes' if adv['worth_packing'] else 'no'}: {adv['reason']}"),
     ]
-    if packed_gbs is not None:
+    if adv.get("config_packed_global_batch_size") is not None:
+        rows.append(
+            (
+                "global batch size",
+                f"{adv['config_packed_global_batch_size']} packs per step (the config already packs): about "
+                f"{adv['samples_per_step']:g} samples per step at {s['packing_factor']:.2f} samples per pack",
+            )
+        )
+    elif packed_gbs is not None:
         rows.append(
             (
                 "global batch size",

@@ -216,7 +216,8 @@ def test_analyze_table_json_and_plot(tmp_path, capsys, sample_sft):
 def test_analyze_recipe_and_compare(capsys, tiny_recipe):
     rc, out, _ = run_cli(capsys, "analyze", str(tiny_recipe), "--format", "json")
     s = json.loads(out)
-    assert rc == 0 and s["capacity"] == 512 and s["advice"]["unpacked_global_batch_size"] == 8
+    assert rc == 0 and s["capacity"] == 512 and s["advice"]["config_packed_global_batch_size"] == 8
+    assert "unpacked_global_batch_size" not in s["advice"]  # the recipe's GBS already counts packs
     rc, out, _ = run_cli(capsys, "analyze", str(tiny_recipe), "--compare")
     assert rc == 0
     for algo in ("bfd", "ffd", "first_fit_shuffle", "histogram", "sequential", "greedy_buffer"):
@@ -347,3 +348,15 @@ def test_cli_algorithm_names_match_the_planner():
     from packcfg.packing.commands._common import ALGORITHM_NAMES
 
     assert tuple(ALGORITHM_NAMES) == tuple(ALGORITHMS)
+
+
+def test_analyze_of_an_already_packed_config_does_not_divide_its_gbs_again(capsys):
+    """Issue 16: the tiny recipe packs offline with GBS 8 (packs per step); analyze used to advise
+    "GBS unpacked 8 -> packed 1"."""
+    from packcfg.cli import main
+
+    recipe = str(Path(__file__).parents[2] / "recipes" / "tiny_cpu_sft.yaml")
+    assert main(["analyze", recipe]) == 0
+    out = capsys.readouterr().out
+    assert "-> packed" not in out
+    assert "8 packs per step (the config already packs)" in out

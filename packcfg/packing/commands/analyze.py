@@ -64,6 +64,13 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     p = make_plan(sp, settings, gbs)
     stats = dict(p.stats, source=str(settings.source))
+    packed_gbs = _get_packed_gbs(config) if args.gbs is None else None
+    if packed_gbs is not None:  # the config already packs: say what its GBS means instead of dividing it again
+        stats["advice"] = dict(
+            stats["advice"],
+            config_packed_global_batch_size=packed_gbs,
+            samples_per_step=round(packed_gbs * stats["packing_factor"], 1),
+        )
     if args.plot is not None:
         write_plot(
             args.plot, sp.runtime_lengths(), p, f"packcfg analyze: {settings.source.name}", inputs=inputs
@@ -73,7 +80,16 @@ def _run(args: argparse.Namespace) -> int:
         print(to_json(stats))
     else:
         print(f"source: {settings.source}")
-        print(format_table(stats_rows(p.stats)))
+        print(format_table(stats_rows(stats)))
         if args.plot is not None:
             print(f"wrote {args.plot}")
     return 0
+
+
+def _get_packed_gbs(config: dict | None) -> int | None:
+    from packcfg.packing.api import config_is_packed
+
+    if config is None or not config_is_packed(config):
+        return None
+    value = (config.get("train") or {}).get("global_batch_size")
+    return value if type(value) is int and value > 0 else None
