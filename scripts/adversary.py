@@ -315,7 +315,46 @@ def lint_cases() -> list[Case]:
         os.chmod(d / "exp.yaml", 0o444)
         return ["lint", "exp.yaml", "--fix"]
 
+    def fix_through_symlink(d: Path) -> list[str]:
+        shutil.copy(ROOT / "tests" / "cases" / "LS301_cp_no_per_token_loss.yaml", d / "real.yaml")
+        os.symlink("real.yaml", d / "exp.yaml")
+        return ["lint", "exp.yaml", "--fix"]
+
+    def fix_hard_link(d: Path) -> list[str]:
+        shutil.copy(ROOT / "tests" / "cases" / "LS301_cp_no_per_token_loss.yaml", d / "exp.yaml")
+        os.link(d / "exp.yaml", d / "other.yaml")
+        return ["lint", "exp.yaml", "--fix"]
+
+    def fix_shared_c(d: Path) -> list[str]:
+        (d / "a").mkdir()
+        (d / "b").mkdir()
+        write(
+            d,
+            "a/exp.yaml",
+            "dataset:\n  enable_offline_packing: true\n  offline_packing_specs:\n    packed_sequence_size: 4096\n",
+        )
+        write(
+            d,
+            "b/exp.yaml",
+            "dataset:\n  enable_offline_packing: true\n  offline_packing_specs:\n    packed_sequence_size: 2048\n",
+        )
+        write(d, "shared.yaml", "train:\n  micro_batch_size: 4\n  global_batch_size: 128\n")
+        return ["lint", "a", "b", "-c", "shared.yaml", "--fix"]
+
     cases.append(Case("lint", "fix_with_override", fix_with_override, expect="refuse", protect=("exp.yaml",)))
+    cases.append(Case("lint", "fix_through_symlink", fix_through_symlink, protect=("exp.yaml",)))
+    cases.append(
+        Case("lint", "fix_hard_link", fix_hard_link, expect="refuse", protect=("exp.yaml", "other.yaml"))
+    )
+    cases.append(
+        Case(
+            "lint",
+            "fix_shared_c",
+            fix_shared_c,
+            expect="refuse",
+            protect=("a/exp.yaml", "b/exp.yaml", "shared.yaml"),
+        )
+    )
     cases.append(Case("lint", "fix_readonly_file", fix_readonly))
     return cases
 
