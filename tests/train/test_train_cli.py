@@ -130,3 +130,12 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_out_moves_checkpoints_too(tmp_path):
+    """Issue 16: `--out`/`--output-dir` moved metrics but left checkpoints in checkpoint.save."""
+    proc = cli(tmp_path, *ONE_PROCESS, "--out", "elsewhere")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "elsewhere" / "metrics.jsonl").is_file()
+    assert (tmp_path / "elsewhere" / "checkpoints" / "iter_0000001").is_dir()
+    assert not (tmp_path / "runs" / "tiny_cpu_sft" / "checkpoints").exists()

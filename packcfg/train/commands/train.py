@@ -25,7 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="experiment YAML")
     add_merge_arguments(parser, config_flags=("-c", "--config", "--config-file"))
     add_out_argument(
-        parser, "--output-dir", dest="output_dir", help="metrics folder (default: runs/<recipe.name>)"
+        parser,
+        "--output-dir",
+        dest="output_dir",
+        help="the run folder: metrics.jsonl, and checkpoints in DIR/checkpoints "
+        "(default: runs/<recipe.name> and checkpoint.save)",
     )
     parser.add_argument(
         "--batching",
@@ -64,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     on_rank = "RANK" in os.environ
     try:
         config = load_config([args.config, *args.config_files], args.overrides)
+        if not on_rank and _checkpoints_follow_output_dir(config, args):
+            config = load_config([args.config, *args.config_files], args.overrides)
     except ConfigError as exc:
         return _fail(f"packcfg train: {exc}")
 
@@ -84,6 +90,17 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, CheckpointError, OSError) as exc:
         return _fail(f"packcfg train: {exc}")
     return 0
+
+
+def _checkpoints_follow_output_dir(config: dict, args: argparse.Namespace) -> bool:
+    """`--out DIR` is the run's folder: metrics in DIR and checkpoints in DIR/checkpoints (unless the command
+    line sets checkpoint.save itself). Added as an override, so the ranks see the same."""
+    save = (config.get("checkpoint") or {}).get("save")
+    named = any(o.lstrip("+").startswith("checkpoint.save=") for o in args.overrides)
+    if not args.output_dir or not save or named:
+        return False
+    args.overrides.append(f"++checkpoint.save={Path(args.output_dir) / 'checkpoints'}")
+    return True
 
 
 def _fail(message: str) -> int:
