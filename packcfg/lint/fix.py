@@ -39,6 +39,7 @@ class FixOutcome:
     refused: int = 0  # fixes not applied because part of them cannot be written (command line, shared file)
     edits_per_file: dict[str, int] = field(default_factory=dict)
     unwritten: list[str] = field(default_factory=list)  # files with fixes that could not be written
+    write_failed: list[str] = field(default_factory=list)  # of those, the ones the OS refused (exit 2)
 
 
 # ---- editing one YAML text with ruamel.yaml ---------------------------------------------------------
@@ -381,6 +382,8 @@ def fix_paths(
                 outcome.messages.append(problem)
                 outcome.changed.remove(name)
                 outcome.unwritten.append(name)
+                if "hard links" not in problem:  # a refusal by design is a finding (exit 1), not a failure
+                    outcome.write_failed.append(name)
     return outcome
 
 

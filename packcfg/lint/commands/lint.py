@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         "pack_metadata": metadata,
         "check_paths": args.check_paths,
     }
+    unwritten: list[str] = []  # --fix: files whose fixes could not be written (exit 2)
     try:
         if args.fix or args.diff:
             from packcfg.lint.fix import FixError, fix_paths
@@ -202,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
                 return 1 if outcome.diff else 0
             for message in outcome.messages:
                 print(message, file=sys.stderr)
+            unwritten = list(outcome.write_failed)
             for name in outcome.changed:
                 n = outcome.edits_per_file.get(name, 0)
                 print(f"packcfg lint: fixed {n} edit{'s' if n != 1 else ''} in {name}", file=sys.stderr)
@@ -243,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
 
     for message in result.errors:
         _fail(message)
-    if result.errors:
+    if result.errors or unwritten:
         return 2
     if result.internal_errors and not result.rules_ran and not result.diagnostics:
         return 2
