@@ -22,7 +22,14 @@ from packcfg.core.config import get_path
 from packcfg.packing.errors import PackingError, PackOutputRefused
 from packcfg.packing.planner import PackPlan, PlanError, plan
 from packcfg.packing.progress import Progress
-from packcfg.packing.sources import Spool, detect_format, file_checksum, load_tokenizer, spool
+from packcfg.packing.sources import (
+    Spool,
+    detect_format,
+    file_checksum,
+    load_tokenizer,
+    spool,
+    tokenizer_checksum,
+)
 
 __all__ = ["detect_format", "spool"]  # re-exported for the commands
 from packcfg.packing.writer import (
@@ -210,7 +217,9 @@ def up_to_date(settings: PackSettings) -> dict[str, Any] | None:
     if entry is None:
         return None
     fmt = detect_format(settings.source)
-    fp = fingerprint(settings, file_checksum(settings.source), file_checksum(_tokenizer_for(settings, fmt)))
+    fp = fingerprint(
+        settings, file_checksum(settings.source), tokenizer_checksum(_tokenizer_for(settings, fmt))
+    )
     if entry.get("fingerprint") != fp:
         return None
     try:
@@ -340,7 +349,7 @@ def pack_dataset(
     if pad_id is None:
         pad_id = load_tokenizer(tokenizer).pad_id if tokenizer is not None else 0
     source_sum = file_checksum(settings.source)
-    tokenizer_sum = file_checksum(tokenizer)
+    tokenizer_sum = tokenizer_checksum(tokenizer)
     t0 = time.perf_counter()
     settings.output.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(settings.output.parent, settings.output.name)

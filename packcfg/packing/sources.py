@@ -495,6 +495,47 @@ class LoadedTokenizer:
     pad_id: int
 
 
+def _read_json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise PackingError(f"{path}: not readable JSON ({str(exc).splitlines()[0]})") from None
+    return data if isinstance(data, dict) else None
+
+
+def _configured_eos(folder: Path, tok: Any) -> int | None:
+    """The EOS id the tokenizer folder itself names, as Hugging Face tokenizers record it: `eos_token` in
+    tokenizer_config.json, then in special_tokens_map.json (a string or {"content": ...}), then
+    generation_config.json's `eos_token_id` (an int or a list; the first). None when no file names one,
+    so the fixed EOS_CANDIDATES list is only a fallback (it would pick <|end_of_text|> over Llama 3
+    instruct's <|eot_id|> and <|endoftext|> over Qwen chat's <|im_end|>)."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        cfg = _read_json_object(folder / name)
+        token = cfg.get("eos_token") if cfg else None
+        if isinstance(token, dict):
+            token = token.get("content")
+        if isinstance(token, str) and token:
+            tid = tok.token_to_id(token)
+            if tid is None:
+                raise PackingError(
+                    f"{folder / name}: eos_token {token!r} is not in the tokenizer's vocabulary"
+                )
+            return int(tid)
+    gen = _read_json_object(folder / "generation_config.json")
+    value = gen.get("eos_token_id") if gen else None
+    if isinstance(value, list) and value:
+        value = value[0]
+    if type(value) is int and value >= 0:
+        if tok.id_to_token(value) is None:
+            raise PackingError(
+                f"{folder / 'generation_config.json'}: eos_token_id {value} is not in the tokenizer's vocabulary"
+            )
+        return value
+    return None
+
+
 def load_tokenizer(path: Path) -> LoadedTokenizer:
     """A local tokenizer.json (tokenizers library); no hub downloads. EOS ends every sample."""
     try:
@@ -512,7 +553,9 @@ def load_tokenizer(path: Path) -> LoadedTokenizer:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises plain Exception subclasses
         raise PackingError(f"{path}: not a tokenizers JSON file ({str(exc).splitlines()[0]})") from None
-    eos = next((tok.token_to_id(t) for t in EOS_CANDIDATES if tok.token_to_id(t) is not None), None)
+    eos = _configured_eos(path.parent, tok)
+    if eos is None:
+        eos = next((tok.token_to_id(t) for t in EOS_CANDIDATES if tok.token_to_id(t) is not None), None)
     if eos is None:
         raise PackingError(f"{path}: no end-of-sequence token (looked for {', '.join(EOS_CANDIDATES)})")
     # Bridge pads packed samples with the EOS id (its collate relies on that); keep that convention.
@@ -541,6 +584,7 @@ def _tokenized_text(path: Path, tokenizer: Path, batch_size: int) -> Iterator[Ba
         str(tok.path.resolve()),
         tt.st_size,
         tt.st_mtime_ns,
+        tok.eos_id,
     )
     cached = _TEXT_CACHE.get(key)
     if cached is None:
@@ -679,6 +723,27 @@ def spool(
         mask = np.memmap(workdir / "mask.bin", dtype=np.int8, mode="r", shape=(total,))
         return Spool(tokens, mask, offsets, lines, workdir)
     return Spool(np.concatenate(tok_parts), np.concatenate(mask_parts), offsets, lines)
+
+
+TOKENIZER_CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def tokenizer_checksum(path: Path | None) -> str | None:
+    """sha256 of tokenizer.json, and of the config files beside it that choose the EOS id (when any exist):
+    editing the EOS in tokenizer_config.json changes the packed tokens, so it must re-pack."""
+    if path is None:
+        return None
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    sums = [
+        f"{name}={file_checksum(file.parent / name)}"
+        for name in TOKENIZER_CONFIG_FILES
+        if (file.parent / name).is_file()
+    ]
+    base = file_checksum(file)
+    if not sums:
+        return base  # unchanged from before config files counted: existing packs stay up to date
+    return "sha256:" + hashlib.sha256("\n".join([f"tokenizer.json={base}", *sums]).encode()).hexdigest()
 
 
 def file_checksum(path: Path | None) -> str | None:
