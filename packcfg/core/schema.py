@@ -279,7 +279,8 @@ SECTIONS: dict[str, dict[str, F]] = {
         "env": F(MappingOf(Either((STR, INT, NUM, BOOL)))),
         "mounts": F(ListOf(STR)),
         # what the launch flow accepts today (packcfg.launch.spec): keep the two in step
-        "engine": F(OneOf(("packcfg",)), "packcfg"),
+        "engine": F(OneOf(("packcfg", "bridge")), "packcfg"),
+        "bridge": F(MappingOf(STR)),  # recipe / entry / version / step_func / mode / script
         "device": F(OneOf(("gpu", "cpu")), "gpu"),
         "env_from": F(ListOf(STR)),
         "job_name": F(STR),

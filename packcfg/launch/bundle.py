@@ -443,6 +443,7 @@ def render_bundle(
     created_at: str | None = None,
     backend: str | None = None,
     directory: Path | None = None,
+    engine: str | None = None,
 ) -> JobBundle:
     """Render every file of the bundle in memory (raises LaunchError on an unsafe or bad config).
 
@@ -453,7 +454,13 @@ def render_bundle(
 
     from packcfg.resources import bundled_dir
 
-    spec = launch_spec(config, backend)
+    spec = launch_spec(config, backend, engine)
+    bridge_data = bridge_args = None
+    if spec.engine == "bridge":
+        from packcfg.launch import bridge as _bridge
+
+        bridge_data = _bridge.overlay(config)
+        bridge_args = _bridge.command_args(spec.bridge, bridge_data)
     digest = config_hash(config)
     packed = packed_data_path(config)
     derived = derived_mounts(config, spec)
@@ -472,9 +479,19 @@ def render_bundle(
         # sbatch reads #SBATCH lines itself: a folder name it cannot take is left to `cd` below.
         "sbatch_chdir": chdir if chdir is not None and _CHDIR.match(chdir) else None,
         "lib": PACKCFG_LIB,
+        "bridge_args": bridge_args,
+        # NeMo-Run: run.Script(path=script, args=the rest); literal launch.env values as env_vars
+        # (a `${NAME}` reference or env_from name is passed from the submitting environment, unwritten).
+        "bridge_script": bridge_args[0] if bridge_args else None,
+        "bridge_script_args": bridge_args[1:] if bridge_args else None,
+        "bridge_env": {v.name: v.value for v in spec.env if v.value is not None},
     }
     files: dict[str, bytes] = {}
     files["config.yaml"] = yaml.safe_dump(config, sort_keys=False, allow_unicode=True).encode("utf-8")
+    if bridge_data is not None:
+        files["bridge_overlay.yaml"] = yaml.safe_dump(
+            bridge_data, sort_keys=False, allow_unicode=True
+        ).encode("utf-8")
     env = _environment()
     try:
         for name in (*SCRIPTS, DRIVER):
@@ -496,6 +513,7 @@ def render_bundle(
         "config_sha256": digest,
         "recipe": spec.job_name,
         "backend": spec.backend,
+        "engine": spec.engine,
         "sources": {
             "files": [str(p) for p in source_paths],
             "overrides": [_redacted(o) for o in overrides],
@@ -534,5 +552,6 @@ def render_bundle(
         "lint_summary": dict(lint_summary) if lint_summary else None,
         "created_at": created_at,
         "backend": backend,
+        "engine": engine,
     }
     return JobBundle(config, digest, spec, files, packed, manifest, directory, render_args)

@@ -19,7 +19,7 @@ from packcfg.launch.secrets import env_reference, looks_secret
 
 BACKENDS = ("local", "slurm", "nemo-run")
 DEVICES = ("gpu", "cpu")
-ENGINES = ("packcfg",)
+ENGINES = ("packcfg", "bridge")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # `#SBATCH` values: sbatch parses these lines itself (no shell), and a newline would start a new line
@@ -59,6 +59,7 @@ class LaunchSpec:
     env: tuple[EnvVar, ...] = ()
     env_from: tuple[str, ...] = ()
     engine: str = "packcfg"
+    bridge: Any = None  # a packcfg.launch.bridge.BridgeSpec when engine == "bridge"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -144,7 +145,9 @@ def parse_env(env: Any, env_from: Any) -> tuple[tuple[EnvVar, ...], tuple[str, .
     return tuple(out), tuple(names)
 
 
-def launch_spec(config: Mapping[str, Any], backend: str | None = None) -> LaunchSpec:
+def launch_spec(
+    config: Mapping[str, Any], backend: str | None = None, engine: str | None = None
+) -> LaunchSpec:
     """Check the `launch` section of a resolved config; raises LaunchError naming the bad key."""
     section = config.get("launch") or {}
     if not isinstance(section, Mapping):
@@ -155,9 +158,16 @@ def launch_spec(config: Mapping[str, Any], backend: str | None = None) -> Launch
     device = section.get("device") or "gpu"
     if device not in DEVICES:
         raise _fail("device", device, f"expected one of {', '.join(DEVICES)}")
-    engine = section.get("engine") or "packcfg"
+    engine = engine or section.get("engine") or "packcfg"
     if engine not in ENGINES:
-        raise _fail("engine", engine, "this launcher runs packcfg's bundled executor only (engine: packcfg)")
+        raise _fail("engine", engine, f"expected one of {', '.join(ENGINES)}")
+    bridge = None
+    if engine == "bridge":
+        from packcfg.launch.bridge import bridge_spec
+
+        bridge = bridge_spec(section.get("bridge"))
+    elif section.get("bridge") is not None and not isinstance(section.get("bridge"), Mapping):
+        raise _fail("bridge", section.get("bridge"), "expected a mapping")
 
     recipe = config.get("recipe") or {}
     default_name = recipe.get("name") if isinstance(recipe, Mapping) else None
@@ -208,6 +218,7 @@ def launch_spec(config: Mapping[str, Any], backend: str | None = None) -> Launch
         env=env,
         env_from=env_from,
         engine=engine,
+        bridge=bridge,
     )
     if spec.backend == "local" and spec.nodes > 1:
         raise _fail("nodes", spec.nodes, "the local backend runs one node; use --backend slurm or nemo-run")

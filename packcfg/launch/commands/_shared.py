@@ -18,6 +18,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, short_override: boo
     add_merge_arguments(parser, short_override=short_override)
     parser.add_argument("--backend", choices=("local", "slurm", "nemo-run"), help="override launch.backend")
     parser.add_argument(
+        "--engine",
+        choices=("packcfg", "bridge"),
+        help="override launch.engine (the same as -o launch.engine=...; recorded with the overrides)",
+    )
+    parser.add_argument(
         "--allow",
         action="append",
         default=[],
@@ -38,6 +43,12 @@ def add_state_argument(parser: argparse.ArgumentParser) -> None:
 def warn(message: str) -> None:
     """One warning line on stderr (e.g. a corrupt job record that was skipped)."""
     print(f"packcfg: warning: {message}", file=sys.stderr)
+
+
+def overrides_of(args: argparse.Namespace) -> list[str]:
+    """The command's overrides; `--engine E` is `launch.engine=E`, last so that it wins."""
+    extra = [f"launch.engine={args.engine}"] if getattr(args, "engine", None) else []
+    return [*(args.overrides or []), *extra]
 
 
 def config_files(args: argparse.Namespace) -> list[str]:

@@ -11,6 +11,7 @@ from packcfg.launch.commands._shared import (
     EXIT_OK,
     EXIT_REFUSED,
     add_config_arguments,
+    overrides_of,
     add_state_argument,
     config_files,
     guarded,
@@ -72,7 +73,7 @@ def _launch(args: argparse.Namespace, service) -> int:  # type: ignore[no-untype
 
     result = service.launch(
         config_files(args),
-        args.overrides,
+        overrides_of(args),
         backend=args.backend,
         executor=args.executor,
         allow=args.allow,

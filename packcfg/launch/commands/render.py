@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from packcfg.core.cli_args import add_deprecated_out, add_out_argument
-from packcfg.launch.commands._shared import EXIT_OK, add_config_arguments, config_files, guarded
+from packcfg.launch.commands._shared import EXIT_OK, add_config_arguments, config_files, guarded, overrides_of
 
 DESCRIPTION = (
     "Lint (the launch gate), then write the job bundle: config.yaml (resolved), manifest.json, "
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         directory, bundle, gate = service.render(
             config_files(args),
             Path(args.out_dir),
-            args.overrides,
+            overrides_of(args),
             backend=args.backend,
             allow=args.allow,
             profile=args.profile,
