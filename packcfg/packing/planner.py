@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from packcfg.packing import _bfd_kernel
+
 ALGORITHMS = ("bfd", "ffd", "first_fit_shuffle", "histogram", "sequential", "greedy_buffer")
 OVERSIZE_POLICIES = ("error", "truncate", "split", "drop")
 
@@ -394,6 +396,16 @@ def _grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) ->
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
     hist = np.bincount(a)
     present = np.flatnonzero(hist)[::-1]  # distinct lengths, descending (the order _sorted_desc gives)
+    if _bfd_kernel.available():
+        offsets, fills, kbuild = _bfd_kernel.grouped_best_fit(present, hist[present], capacity, k_max)
+        return _Packing(offsets, fills=fills, build=lambda: kbuild(a))
+    return _grouped_best_fit_python(a, capacity, k_max, hist, present)
+
+
+def _grouped_best_fit_python(
+    a: np.ndarray, capacity: int, k_max: int, hist: np.ndarray, present: np.ndarray
+) -> _Packing:
+    """The pure-Python path: the fallback without numba, and the oracle the kernel is tested against."""
     values = present.tolist()
     counts = hist[present].tolist()
     smallest = values[-1]

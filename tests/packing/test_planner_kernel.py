@@ -1,0 +1,125 @@
+"""The compiled bfd kernel (packcfg/packing/_bfd_kernel.py) gives the pure-Python planner's plans exactly."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packcfg.packing import _bfd_kernel, planner
+from packcfg.packing.planner import plan
+
+
+@contextlib.contextmanager
+def _kernel(which: str):
+    old = os.environ.get("PACKCFG_PLANNER_KERNEL")
+    os.environ["PACKCFG_PLANNER_KERNEL"] = which
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PACKCFG_PLANNER_KERNEL"]
+        else:
+            os.environ["PACKCFG_PLANNER_KERNEL"] = old
+
+
+def _both(lengths, capacity, algorithm="bfd", **kw):
+    with _kernel("python"):
+        assert not _bfd_kernel.available()
+        old = plan(lengths, capacity, algorithm, **kw)
+        old_order = old.order
+    with _kernel(""):
+        new = plan(lengths, capacity, algorithm, **kw)
+        new_order = new.order
+    assert np.array_equal(new.offsets, old.offsets)
+    assert np.array_equal(new_order, old_order)
+    assert np.array_equal(new.pack_lengths(), old.pack_lengths())
+    assert np.array_equal(new.pack_lengths(), np.add.reduceat(new.item_aligned[new_order], new.offsets[:-1]))
+    assert new.stats == old.stats
+    return new
+
+
+needs_numba = pytest.mark.skipif(not _bfd_kernel._HAVE_NUMBA, reason="numba not installed")
+
+
+def _lengths(dist: str, n: int, capacity: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dist == "uniform":
+        x = rng.integers(0, capacity + 1, n)
+    elif dist == "lognormal":
+        x = rng.lognormal(np.log(max(capacity, 2) / 8), 1.0, n).astype(np.int64)
+    elif dist == "few":  # many ties: a handful of distinct lengths
+        x = rng.choice([0, 1, capacity // 3, capacity // 2, capacity], n)
+    else:  # bimodal: short chat turns plus long documents
+        x = np.where(rng.random(n) < 0.8, rng.integers(1, max(capacity // 16, 2), n), rng.integers(0, capacity, n))
+    return np.minimum(x, capacity)
+
+
+@needs_numba
+@settings(max_examples=150, deadline=None)
+@given(
+    dist=st.sampled_from(["uniform", "lognormal", "few", "bimodal"]),
+    n=st.integers(min_value=1, max_value=400),
+    capacity=st.integers(min_value=1, max_value=5000),
+    align=st.sampled_from([1, 1, 2, 8, 64]),
+    max_per_pack=st.one_of(st.none(), st.integers(min_value=1, max_value=8)),
+    seed=st.integers(min_value=0, max_value=2**31),
+    algorithm=st.sampled_from(["bfd", "histogram"]),
+)
+def test_kernel_plans_equal_python(dist, n, capacity, align, max_per_pack, seed, algorithm):
+    capacity = max(capacity, align)
+    lengths = _lengths(dist, n, capacity, seed)
+    _both(lengths, capacity, algorithm, align=align, max_per_pack=max_per_pack, oversize="truncate")
+
+
+@needs_numba
+@settings(max_examples=100, deadline=None)
+@given(
+    lengths=st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=80),
+    capacity=st.integers(min_value=1, max_value=40),
+    max_per_pack=st.one_of(st.none(), st.integers(min_value=1, max_value=4)),
+    oversize=st.sampled_from(["split", "drop", "truncate"]),
+)
+def test_kernel_equal_on_small_arrays_with_ties_and_zeros(lengths, capacity, max_per_pack, oversize):
+    if all(x > capacity for x in lengths) and oversize == "drop":
+        lengths = lengths + [0]
+    _both(lengths, capacity, max_per_pack=max_per_pack, oversize=oversize)
+
+
+@needs_numba
+@pytest.mark.parametrize("capacity", [32_768, 131_072])
+def test_kernel_equal_at_long_context(capacity):
+    for dist in ("uniform", "lognormal", "bimodal"):
+        _both(_lengths(dist, 30_000, capacity, 7), capacity)
+
+
+@needs_numba
+def test_kernel_equal_for_dpo_pairs():
+    lengths = _lengths("lognormal", 2_000, 2048, 3)
+    _both(lengths, 4096, pairs=True)
+
+
+def test_fallback_without_numba_gives_the_same_plan(monkeypatch):
+    lengths = _lengths("lognormal", 5_000, 8192, 1)
+    ref = plan(lengths, 8192, "bfd", max_per_pack=5)
+    monkeypatch.setattr(_bfd_kernel, "_HAVE_NUMBA", False)
+    assert not _bfd_kernel.available()
+    called = []
+    real = planner._grouped_best_fit_python
+    monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *a: called.append(1) or real(*a))
+    fb = plan(lengths, 8192, "bfd", max_per_pack=5)
+    assert called, "the pure-Python path must run when numba is absent"
+    assert np.array_equal(fb.offsets, ref.offsets) and np.array_equal(fb.order, ref.order)
+
+
+@needs_numba
+def test_kernel_is_used_when_numba_is_installed(monkeypatch):
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    assert _bfd_kernel.available()
+    monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
+    p = plan([5, 3, 3, 2, 8, 1], 8)
+    assert p.num_packs == 3
