@@ -12,7 +12,7 @@ Distributions: `lognormal` (mu 6, sigma 1, clipped to [8, 4096]) and `realish`, 
 short chat turns, medium instructions and long documents. Samples longer than the capacity are clipped
 to it (the planners' `truncate` policy) so that every planner sees the same input.
 
-Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
+Then bfd at long context (capacities 32k and 128k; lognormal, uniform, realish): planning time against a\nNumPy argsort of the same lengths and against the segment-tree reference, packs against the bound.\n\nUsage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]\n       [--long-only] [--long-n N] [--with-python]
 """
 
 from __future__ import annotations
@@ -368,6 +368,88 @@ def e2e(n: int) -> None:
         )
 
 
+LONG_CAPACITIES = (32_768, 131_072)
+
+
+def long_lengths(dist: str, n: int, capacity: int, seed: int = 5) -> np.ndarray:
+    """Long-context distributions, clipped to [1, capacity]."""
+    rng = np.random.default_rng(seed)
+    if dist == "lognormal":  # median ~capacity/16, long tail to the capacity
+        x = rng.lognormal(np.log(capacity / 16), 1.3, n)
+    elif dist == "uniform":
+        x = rng.integers(1, capacity + 1, n)
+    else:  # realish: the SFT mix above, with the document tail scaled to the context
+        x = realish_lengths(n, seed) * (capacity / 16384)
+    return np.clip(x, 1, capacity).astype(np.int64)
+
+
+def _best_of(fn, repeat: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def long_context_table(n: int, with_python: bool) -> None:
+    """bfd at capacities 32k/128k: planning time vs a NumPy argsort and the segment-tree reference."""
+    from packcfg.packing import _bfd_kernel
+
+    plan([1, 2, 3], 8)  # load the compiled kernel (numba cache) outside the timings
+    print(
+        f"\n## Long context: bfd at 32k / 128k, N = {n:,}  (kernel: {'numba' if _bfd_kernel.available() else 'pure Python'}; "
+        f"load average {os.getloadavg()[0]:.1f})\n"
+    )
+    header = [
+        "dist",
+        "cap",
+        "distinct",
+        "argsort s",
+        "bfd s",
+        "x argsort",
+        "segtree ref s",
+        "bfd packs",
+        "LB",
+        "gap",
+        "gap %",
+    ]
+    if with_python:
+        header.insert(6, "bfd python s")
+    rows = []
+    for cap in LONG_CAPACITIES:
+        for dist in ("lognormal", "uniform", "realish"):
+            a = long_lengths(dist, n, cap)
+            t_sort, _ = _best_of(lambda a=a: np.argsort(a), 3)
+            t_bfd, p = _best_of(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 3)
+            packs = plan(a, cap, "bfd").num_packs
+            t_ref, ref_packs = _best_of(lambda a=a, cap=cap: reference_bfd(a, cap), 1)
+            assert ref_packs == packs, (dist, cap, ref_packs, packs)  # same algorithm, same count
+            lb = -(-int(a.sum()) // cap)
+            row = [
+                dist,
+                str(cap),
+                f"{len(np.unique(a)):,}",
+                f"{t_sort:.3f}",
+                f"{t_bfd:.3f}",
+                f"{t_bfd / t_sort:.1f}",
+                f"{t_ref:.2f}",
+                f"{packs:,}",
+                f"{lb:,}",
+                str(packs - lb),
+                f"{100 * (packs - lb) / lb:.3f}",
+            ]
+            if with_python:
+                os.environ["PACKCFG_PLANNER_KERNEL"] = "python"
+                try:
+                    t_py, _ = _best_of(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 1)
+                finally:
+                    del os.environ["PACKCFG_PLANNER_KERNEL"]
+                row.insert(6, f"{t_py:.2f}")
+            rows.append(row)
+    print_table(header, rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: 100k / 1M / 100k")
@@ -376,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--e2e", type=int, help="samples for the end-to-end run (default 1M)")
     ap.add_argument("--skip-slow", action="store_true", help="skip first_fit_shuffle at large N")
     ap.add_argument("--e2e-only", action="store_true", help="only the end-to-end pack/verify rows")
+    ap.add_argument("--long-only", action="store_true", help="only the long-context (32k/128k) bfd rows")
+    ap.add_argument("--long-n", type=int, help="samples per long-context row (default 1M; --quick 100k)")
+    ap.add_argument("--with-python", action="store_true", help="long rows: also time bfd's pure-Python path")
     args = ap.parse_args(argv)
     n = args.n or (100_000 if args.quick else 1_000_000)
     big = args.big or (1_000_000 if args.quick else 16_000_000)
@@ -384,8 +469,13 @@ def main(argv: list[str] | None = None) -> int:
         f"# packcfg bench/packing.py  python {platform.python_version()}, numpy {np.__version__}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs"
     )
+    long_n = args.long_n or (100_000 if args.quick else 1_000_000)
+    if args.long_only:
+        long_context_table(long_n, args.with_python)
+        return 0
     if not args.e2e_only:
         quality_table(n, args.skip_slow)
+        long_context_table(long_n, args.with_python)
         big_table(big)
     e2e(n_e2e)
     return 0
