@@ -103,9 +103,12 @@ def bridge_spec(section: Any) -> BridgeSpec:
     return BridgeSpec(recipe, entry, version, step, mode, script)
 
 
-def overlay(config: Mapping[str, Any]) -> dict[str, Any]:
+def overlay(config: Mapping[str, Any], version: str = "head") -> dict[str, Any]:
     """The resolved config as Bridge reads it: packcfg's own sections left out; `@packcfg/...` paths
-    made absolute (the bundle's vendored copy is not where Bridge runs)."""
+    made absolute (the bundle's vendored copy is not where Bridge runs). For Bridge 0.3.1 the packing
+    specs take that version's spelling: `dataset.packed_sequence_specs` (a PackedSequenceSpecs,
+    v0.3.1:src/megatron/bridge/data/datasets/packed_sequence.py), and `enable_offline_packing`, which
+    0.3.1's FinetuningDatasetConfig does not have, is left out (packs are used when the specs name them)."""
     from packcfg.resources import BUNDLED_PREFIX, resolve_path
 
     def walk(node: Any) -> Any:
@@ -117,7 +120,19 @@ def overlay(config: Mapping[str, Any]) -> dict[str, Any]:
             return str(resolve_path(node))
         return node
 
-    return {k: walk(v) for k, v in config.items() if k not in OWN}
+    out = {k: walk(v) for k, v in config.items() if k not in OWN}
+    dataset = out.get("dataset")
+    if version == "0.3.1" and isinstance(dataset, dict):
+        enabled = dataset.pop("enable_offline_packing", None)
+        specs = dataset.pop("offline_packing_specs", None)
+        if specs is not None and enabled is not False:
+            renamed: dict[str, Any] = {}
+            for key, value in dataset.items():
+                renamed[key] = value
+            renamed["packed_sequence_specs"] = specs
+            dataset.clear()
+            dataset.update(renamed)
+    return out
 
 
 def _value(value: Any) -> str:

@@ -459,7 +459,7 @@ def render_bundle(
     if spec.engine == "bridge":
         from packcfg.launch import bridge as _bridge
 
-        bridge_data = _bridge.overlay(config)
+        bridge_data = _bridge.overlay(config, spec.bridge.version)
         bridge_args = _bridge.command_args(spec.bridge, bridge_data)
     digest = config_hash(config)
     packed = packed_data_path(config)
