@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from packcfg.packing import _bfd_kernel
-
 ALGORITHMS = ("bfd", "ffd", "first_fit_shuffle", "histogram", "sequential", "greedy_buffer")
 OVERSIZE_POLICIES = ("error", "truncate", "split", "drop")
 
@@ -383,6 +381,10 @@ def _sorted_desc(a: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- best fit
 
 
+# distinct lengths from which bfd/histogram use the compiled kernel (packcfg/packing/_bfd_kernel.py)
+_KERNEL_MIN_DISTINCT = 1000
+
+
 def _grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> _Packing:
     """Best-fit decreasing on the length histogram.
 
@@ -396,9 +398,12 @@ def _grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) ->
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
     hist = np.bincount(a)
     present = np.flatnonzero(hist)[::-1]  # distinct lengths, descending (the order _sorted_desc gives)
-    if _bfd_kernel.available():
-        offsets, fills, kbuild = _bfd_kernel.grouped_best_fit(present, hist[present], capacity, k_max)
-        return _Packing(offsets, fills=fills, build=lambda: kbuild(a))
+    if len(present) >= _KERNEL_MIN_DISTINCT:  # below that the Python path costs less than loading numba
+        from packcfg.packing import _bfd_kernel  # lazy: numba's import is not free
+
+        if _bfd_kernel.available():
+            offsets, fills, kbuild = _bfd_kernel.grouped_best_fit(present, hist[present], capacity, k_max)
+            return _Packing(offsets, fills=fills, build=lambda: kbuild(a))
     return _grouped_best_fit_python(a, capacity, k_max, hist, present)
 
 

@@ -27,13 +27,30 @@ def _kernel(which: str):
             os.environ["PACKCFG_PLANNER_KERNEL"] = old
 
 
+@contextlib.contextmanager
+def _always_kernel():
+    old = planner._KERNEL_MIN_DISTINCT
+    planner._KERNEL_MIN_DISTINCT = 0  # small arrays too: otherwise they would take the Python path
+    try:
+        yield
+    finally:
+        planner._KERNEL_MIN_DISTINCT = old
+
+
 def _both(lengths, capacity, algorithm="bfd", **kw):
     with _kernel("python"):
         assert not _bfd_kernel.available()
         old = plan(lengths, capacity, algorithm, **kw)
         old_order = old.order
-    with _kernel(""):
-        new = plan(lengths, capacity, algorithm, **kw)
+    called = []
+    real = _bfd_kernel.grouped_best_fit
+    with _kernel(""), _always_kernel():
+        _bfd_kernel.grouped_best_fit = lambda *a: called.append(1) or real(*a)
+        try:
+            new = plan(lengths, capacity, algorithm, **kw)
+        finally:
+            _bfd_kernel.grouped_best_fit = real
+        assert called, "the kernel did not run"
         new_order = new.order
     assert np.array_equal(new.offsets, old.offsets)
     assert np.array_equal(new_order, old_order)
@@ -55,7 +72,9 @@ def _lengths(dist: str, n: int, capacity: int, seed: int) -> np.ndarray:
     elif dist == "few":  # many ties: a handful of distinct lengths
         x = rng.choice([0, 1, capacity // 3, capacity // 2, capacity], n)
     else:  # bimodal: short chat turns plus long documents
-        x = np.where(rng.random(n) < 0.8, rng.integers(1, max(capacity // 16, 2), n), rng.integers(0, capacity, n))
+        x = np.where(
+            rng.random(n) < 0.8, rng.integers(1, max(capacity // 16, 2), n), rng.integers(0, capacity, n)
+        )
     return np.minimum(x, capacity)
 
 
@@ -105,6 +124,7 @@ def test_kernel_equal_for_dpo_pairs():
 
 def test_fallback_without_numba_gives_the_same_plan(monkeypatch):
     lengths = _lengths("lognormal", 5_000, 8192, 1)
+    monkeypatch.setattr(planner, "_KERNEL_MIN_DISTINCT", 0)
     ref = plan(lengths, 8192, "bfd", max_per_pack=5)
     monkeypatch.setattr(_bfd_kernel, "_HAVE_NUMBA", False)
     assert not _bfd_kernel.available()
@@ -119,7 +139,13 @@ def test_fallback_without_numba_gives_the_same_plan(monkeypatch):
 @needs_numba
 def test_kernel_is_used_when_numba_is_installed(monkeypatch):
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    monkeypatch.setattr(planner, "_KERNEL_MIN_DISTINCT", 0)
     assert _bfd_kernel.available()
     monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
     p = plan([5, 3, 3, 2, 8, 1], 8)
     assert p.num_packs == 3
+
+
+def test_small_histograms_skip_the_kernel(monkeypatch):
+    monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *a: pytest.fail("kernel ran for 3 lengths"))
+    assert plan([5, 3, 3, 2, 8, 1], 8).num_packs == 3
