@@ -1,0 +1,241 @@
+"""`launch.engine: bridge` (issue 13): Megatron Bridge's run_recipe.py as the job, in the main environment.
+
+Bridge itself is checked in tests/oracle/test_bridge_launch.py (its own parser and validate()); here: the
+spec's errors, the command forms of each Bridge version, byte-for-byte renders, the 4 x 8 sbatch line by
+line, and a local end-to-end run with a stand-in entry point that records its argv and environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from packcfg.launch import LaunchError
+from packcfg.launch.bridge import bridge_spec, command_args, overlay, overrides
+from packcfg.launch.bundle import render_bundle
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "recipes" / "tiny_cpu_sft_bridge.yaml"
+
+
+def _config(**bridge) -> dict:
+    config = yaml.safe_load(RECIPE.read_text())
+    if bridge:
+        config["launch"]["bridge"] = bridge
+    return config
+
+
+def _packcfg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "packcfg", *args], capture_output=True, text=True, cwd=cwd or ROOT
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({}, "exactly one of recipe"),
+        ({"recipe": "llama32_1b_sft_config", "entry": "/x.py"}, "exactly one of recipe"),
+        ({"recipe": "llama32 1b"}, "launch.bridge.recipe"),
+        ({"entry": "relative.py"}, "launch.bridge.entry"),
+        ({"recipe": "r", "version": "0.2.0"}, "launch.bridge.version"),
+        ({"recipe": "r", "mode": "sft"}, "--mode finetune, pretrain"),  # 0.3.1's choices
+        ({"recipe": "r", "step_func": "my_step"}, "launch.bridge.step_func"),
+        ({"recipe": "r", "recipee": "x"}, "launch.bridge.recipee: unknown key"),
+    ],
+)
+def test_bad_bridge_section_is_one_line(section: dict, message: str) -> None:
+    with pytest.raises(LaunchError, match=message.replace("(", r"\(")) as info:
+        bridge_spec(section)
+    assert "\n" not in str(info.value)
+
+
+def test_command_forms_per_version() -> None:
+    data = {"train": {"global_batch_size": 8}}
+    # v0.3.1: --step_func (underscore), modes pretrain/finetune.
+    old = bridge_spec({"recipe": "llama32_1b_sft_config", "mode": "finetune", "step_func": "gpt_step"})
+    assert command_args(old, data) == [
+        "/opt/Megatron-Bridge/scripts/training/run_recipe.py",
+        "--recipe",
+        "llama32_1b_sft_config",
+        "--mode",
+        "finetune",
+        "--step_func",
+        "gpt_step",
+        "train.global_batch_size=8",
+    ]
+    # HEAD: --step-func (its parser also takes --step_func), modes pretrain/sft/lora/dora.
+    head = bridge_spec({"recipe": "llama32_1b_sft_config", "version": "head", "mode": "sft", "step_func": "vlm"})
+    assert command_args(head, data)[3:7] == ["--mode", "sft", "--step-func", "vlm"]
+    # A user's own script takes the overlay file.
+    entry = bridge_spec({"entry": "/workspace/finetune.py"})
+    assert command_args(entry, data) == ["/workspace/finetune.py", "--config-file", "bridge_overlay.yaml"]
+
+
+def test_overrides_are_hydra_values_and_leave_targets_to_the_recipe() -> None:
+    got = overrides(
+        {
+            "model": {"_target_": "x.Y", "seq_length": 512, "bf16": False, "name": "a b", "k": None},
+            "optimizer": {"lr": 3e-4},
+            "dataset": {"splits": [1, 2], "kw": {}},
+        }
+    )
+    assert got == [
+        "model.seq_length=512",
+        "model.bf16=false",
+        "model.name='a b'",
+        "model.k=null",
+        "optimizer.lr=0.0003",
+        "dataset.splits=[1,2]",
+        "dataset.kw={}",
+    ]
+
+
+def test_overlay_keeps_packcfg_sections_out_and_uses_031_packing_spelling() -> None:
+    config = _config()
+    data = overlay(config, "0.3.1")
+    assert "recipe" not in data and "launch" not in data
+    assert "offline_packing_specs" not in data["dataset"] and "enable_offline_packing" not in data["dataset"]
+    specs = data["dataset"]["packed_sequence_specs"]
+    assert specs["packed_train_data_path"] == config["dataset"]["offline_packing_specs"]["packed_train_data_path"]
+    # `@packcfg/...` is made absolute: Bridge does not know packcfg's bundled files.
+    assert Path(data["tokenizer"]["tokenizer_model"]).is_absolute()
+    head = overlay(config, "head")
+    assert head["dataset"]["offline_packing_specs"] == config["dataset"]["offline_packing_specs"]
+
+
+def test_bundle_holds_overlay_and_bridge_command() -> None:
+    bundle = render_bundle(_config())
+    assert yaml.safe_load(bundle.files["bridge_overlay.yaml"]) == overlay(_config(), "0.3.1")
+    script = bundle.files["torchrun.sh"].decode()
+    assert "launchers/train.py" not in script
+    tail = script[script.index("exec torchrun") :].replace("\\\n", " ")
+    words = shlex.split(tail.replace('"${rdzv[@]}"', ""))
+    assert words[:4] == ["exec", "torchrun", "--nproc-per-node=2", "/opt/Megatron-Bridge/scripts/training/run_recipe.py"]
+    assert words[4:6] == ["--recipe", "llama32_1b_sft_config"]
+    assert words[6:] == overrides(overlay(_config(), "0.3.1"))
+    # Pack, then verify, then Bridge.
+    assert script.index("packcfg pack config.yaml") < script.index("packcfg verify config.yaml") < script.index(
+        "exec torchrun"
+    )
+    assert bundle.manifest["engine"] == "bridge"
+
+
+def test_packcfg_engine_bundle_has_no_overlay() -> None:
+    config = _config()
+    config["launch"]["engine"] = "packcfg"
+    bundle = render_bundle(config)
+    assert "bridge_overlay.yaml" not in bundle.files
+    assert "launchers/train.py config.yaml --output-dir output" in bundle.files["torchrun.sh"].decode()
+
+
+def test_engine_flag_and_byte_for_byte(tmp_path: Path) -> None:
+    tiny = ROOT / "recipes" / "tiny_cpu_sft.yaml"
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"b{i}"
+        run = _packcfg(
+            "render", str(tiny), "--engine", "bridge", "launch.bridge.recipe=llama32_1b_sft_config", "--out", str(out)
+        )
+        assert run.returncode == 0, run.stderr
+        outs.append(out)
+    a, b = outs
+    names = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
+    assert "bridge_overlay.yaml" in names
+    for name in names:
+        if name in ("sbatch.sh", "pack.sbatch.sh", "manifest.json"):
+            continue  # they name their own folder (#SBATCH --chdir)
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    manifest = json.loads((a / "manifest.json").read_text())
+    assert manifest["engine"] == "bridge"
+    assert "launch.engine=bridge" in manifest["sources"]["overrides"]
+    # The same folder rendered again is unchanged, byte for byte.
+    first = {n: (a / n).read_bytes() for n in names}
+    run = _packcfg(
+        "render", str(tiny), "--engine", "bridge", "launch.bridge.recipe=llama32_1b_sft_config", "--out", str(a), "--force"
+    )
+    assert run.returncode == 0, run.stderr
+    assert {n: (a / n).read_bytes() for n in names} == first
+
+
+def test_sbatch_4x8_line_by_line() -> None:
+    config = _config()
+    config["launch"].update(backend="slurm", nodes=4, gpus_per_node=8, partition="batch", time="01:00:00")
+    config["model"]["tensor_model_parallel_size"] = 2
+    script = render_bundle(config, directory=Path("/shared/jobs/b1")).files["sbatch.sh"].decode()
+    lines = script.splitlines()
+    for line in (
+        "#SBATCH --nodes=4",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --partition=batch",
+        "#SBATCH --time=01:00:00",
+        "#SBATCH --chdir=/shared/jobs/b1",
+        '  --nnodes="$SLURM_NNODES" \\',
+        "  --nproc-per-node=8 \\",
+        '  --rdzv-endpoint="$head_node:$rdzv_port" \\',
+        "  /opt/Megatron-Bridge/scripts/training/run_recipe.py \\",
+        "  --recipe \\",
+        "  llama32_1b_sft_config \\",
+        "  model.tensor_model_parallel_size=2 \\",
+        "  checkpoint.save_interval=20",
+    ):
+        assert line in lines, line
+    assert lines[-1] == "  checkpoint.save_interval=20"
+    # data prep (one task) and verify (one task) come before the training srun
+    verify = lines.index("  python3 -m packcfg verify config.yaml")
+    train = next(i for i, x in enumerate(lines) if x.startswith('srun --nodes="$SLURM_NNODES"'))
+    assert verify < train
+    assert "launchers/train.py" not in script
+    proc = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+STANDIN = """\
+import json, os, sys
+rank = os.environ.get("RANK", "?")
+out = os.environ["STANDIN_OUT"]
+# what run_recipe.py v0.3.1's parse_known_args would see
+args = sys.argv[1:]
+assert args[0] == "--recipe" and args[1] == "llama32_1b_sft_config", args
+assert all("=" in a and not a.startswith("-") for a in args[2:]), args
+with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+    json.dump({"argv": sys.argv, "world": os.environ.get("WORLD_SIZE"), "cwd": os.getcwd(),
+               "marker": os.environ.get("BRIDGE_MARKER")}, f)
+"""
+
+
+def test_local_end_to_end_with_standin_entry(tmp_path: Path) -> None:
+    """The bundle's torchrun.sh on CPU: packs, verifies, then torchrun starts the stand-in in place of
+    run_recipe.py with Bridge's arguments on each of 2 ranks."""
+    standin = tmp_path / "run_recipe.py"
+    standin.write_text(STANDIN)
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    cfg = tmp_path / "exp.yaml"
+    config = _config(recipe="llama32_1b_sft_config", script=str(standin))
+    config["launch"]["device"] = "cpu"
+    config["launch"]["env"] = {"BRIDGE_MARKER": "from-launch-env"}
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    out = tmp_path / "bundle"
+    run = _packcfg("render", str(cfg), "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    env = {**os.environ, "STANDIN_OUT": str(recorded)}
+    proc = subprocess.run(["bash", str(out / "torchrun.sh")], capture_output=True, text=True, env=env, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    packed = out / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet"
+    assert packed.is_file()
+    records = [json.loads((recorded / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rec in records:
+        assert rec["world"] == "2"
+        assert rec["marker"] == "from-launch-env"
+        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *overrides(overlay(config, "0.3.1"))]
+        # the packed path Bridge is given, relative to the job's folder, is where packcfg packed
+        assert Path(rec["cwd"]).resolve() == out.resolve()
