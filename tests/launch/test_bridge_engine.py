@@ -239,3 +239,38 @@ def test_local_end_to_end_with_standin_entry(tmp_path: Path) -> None:
         assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *overrides(overlay(config, "0.3.1"))]
         # the packed path Bridge is given, relative to the job's folder, is where packcfg packed
         assert Path(rec["cwd"]).resolve() == out.resolve()
+
+
+def test_nemo_run_local_executor_with_standin_entry(tmp_path: Path) -> None:
+    """The bundle's NeMo-Run driver on LocalExecutor: the data-prep task packs and verifies first, then
+    run.Script(stand-in, entrypoint="python") under launcher="torchrun" runs on 2 ranks with env_vars."""
+    pytest.importorskip("nemo_run")
+    standin = tmp_path / "run_recipe.py"
+    standin.write_text(STANDIN)
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    cfg = tmp_path / "exp.yaml"
+    config = _config(recipe="llama32_1b_sft_config", script=str(standin))
+    config["launch"].update(device="cpu", backend="nemo-run", env={"BRIDGE_MARKER": "from-launch-env"})
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    out = tmp_path / "bundle"
+    run = _packcfg("render", str(cfg), "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    env = {**os.environ, "STANDIN_OUT": str(recorded), "NEMORUN_HOME": str(out / "nemorun")}
+    proc = subprocess.run(
+        [sys.executable, "nemo_run_driver.py", "--executor", "local", "--result", str(tmp_path / "r.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=out,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["state"] == "SUCCEEDED"
+    assert (out / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet").is_file()
+    for r in (0, 1):
+        rec = json.loads((recorded / f"rank{r}.json").read_text())
+        assert rec["world"] == "2"
+        assert rec["marker"] == "from-launch-env"
+        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *overrides(overlay(config, "0.3.1"))]
