@@ -67,7 +67,15 @@ def _parse_args_031(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def _render(tmp_path: Path) -> Path:
     out = tmp_path / "bundle"
     run = subprocess.run(
-        [os.environ.get("PACKCFG_MAIN_PYTHON", "python3"), "-m", "packcfg", "render", str(RECIPE), "--out", str(out)],
+        [
+            os.environ.get("PACKCFG_MAIN_PYTHON", "python3"),
+            "-m",
+            "packcfg",
+            "render",
+            str(RECIPE),
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         cwd=RECIPE.parents[1],
@@ -119,10 +127,13 @@ def test_overlay_loads_with_omegaconf(bundle: Path) -> None:
 
     overlay = OmegaConf.load(bundle / "bridge_overlay.yaml")
     assert "recipe" not in overlay and "launch" not in overlay
-    assert overlay.dataset.packed_sequence_specs.packed_train_data_path == (
-        yaml.safe_load((bundle / "config.yaml").read_text())["dataset"]["offline_packing_specs"][
-            "packed_train_data_path"
-        ]
+    assert (
+        overlay.dataset.packed_sequence_specs.packed_train_data_path
+        == (
+            yaml.safe_load((bundle / "config.yaml").read_text())["dataset"]["offline_packing_specs"][
+                "packed_train_data_path"
+            ]
+        )
     )
 
 

@@ -11,10 +11,10 @@ from packcfg.launch.commands._shared import (
     EXIT_OK,
     EXIT_REFUSED,
     add_config_arguments,
-    overrides_of,
     add_state_argument,
     config_files,
     guarded,
+    overrides_of,
     warn,
 )
 
