@@ -396,7 +396,7 @@ def long_context_table(n: int, with_python: bool) -> None:
     """bfd at capacities 32k/128k: planning time vs a NumPy argsort and the segment-tree reference."""
     from packcfg.packing import _bfd_kernel
 
-    plan([1, 2, 3], 8)  # load the compiled kernel (numba cache) outside the timings
+    plan(np.arange(1, 2001), 4096)  # load the compiled kernel (numba cache) outside the timings
     print(
         f"\n## Long context: bfd at 32k / 128k, N = {n:,}  (kernel: {'numba' if _bfd_kernel.available() else 'pure Python'}; "
         f"load average {os.getloadavg()[0]:.1f})\n"
