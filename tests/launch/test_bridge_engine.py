@@ -324,3 +324,39 @@ def test_sbatch_4x8_passes_test_only(tmp_path: Path, slurm) -> None:
         )
         assert out.returncode == 0, out.stderr
         assert "to start at" in out.stderr
+
+
+def test_slurm_end_to_end_with_standin_entry(tmp_path: Path, slurm) -> None:
+    """`packcfg launch --backend slurm --wait` on the CI Slurm: the data-prep job packs, the training job
+    verifies the packs, then torchrun starts the stand-in with Bridge's arguments on 2 ranks."""
+    standin = tmp_path / "run_recipe.py"
+    standin.write_text(STANDIN)
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    config = _config(recipe="llama32_1b_sft_config", script=str(standin))
+    config["launch"].update(
+        device="cpu",
+        backend="slurm",
+        env={"BRIDGE_MARKER": "from-launch-env", "STANDIN_OUT": str(recorded)},
+    )
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    out = tmp_path / "bundle"
+    proc = subprocess.run(
+        [sys.executable, "-m", "packcfg", "launch", str(cfg), "--out", str(out), "--wait"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PACKCFG_STATE_DIR": str(tmp_path / "state")},
+        cwd=tmp_path,
+        timeout=500,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "COMPLETED" in proc.stdout + proc.stderr
+    for r in (0, 1):
+        rec = json.loads((recorded / f"rank{r}.json").read_text())
+        assert rec["world"] == "2"
+        assert rec["marker"] == "from-launch-env"
+        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *overrides(overlay(config, "0.3.1"))]
+    log = "".join(p.read_text() for p in (out / "logs").glob("train-*.out"))
+    # `packcfg verify` ran in the training job, before torchrun
+    assert "checked rows and source: ok" in log
