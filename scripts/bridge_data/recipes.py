@@ -192,6 +192,10 @@ def generate(out: Path, only: list[str] | None = None) -> dict:
             dump = Path(tmp) / "r.yaml"
             cfg.to_yaml(str(dump))
             body = dump.read_text()
+        # Bridge's recipes default their run folders to os.getcwd()/nemo_experiments: keep that meaning
+        # ("the folder the job starts in") instead of the generating machine's checkout path, so the
+        # snapshots do not depend on where they were generated.
+        body = body.replace(os.getcwd(), "${oc.env:PWD}")
         target = out / f"{name}.yaml"
         tmp_target = target.with_suffix(".yaml.tmp")
         tmp_target.write_text(header(name, module) + body)
