@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ("torch", "megatron", "nemo_run", "matplotlib", "pydantic", "ruamel", "jsonschema")
+HEAVY = ("torch", "megatron", "nemo_run", "matplotlib", "pydantic", "ruamel", "jsonschema", "numba", "pyarrow")
 
 RUNNER = """
 import json, sys
