@@ -462,7 +462,7 @@ def _apply_override(
     value = override.value
     if isinstance(value, dict) and isinstance(current, dict):  # OmegaConf.update(merge=True)
         parent = get_path(merged, path[:-1]) if len(path) > 1 else merged
-        node_tree = _tree_at(tree, path)
+        node_tree = tree_at(tree, path)
         children = dict(node_tree.children) if node_tree is not None else {}
         parent[path[-1]] = deep_merge(
             current, value, positions=children, update_positions=_uniform(value, position).children
@@ -501,7 +501,8 @@ def _conflict(current: Any, value: Any) -> bool:
     return False
 
 
-def _tree_at(tree: PositionTree, path: Sequence[str]) -> PosNode | None:
+def tree_at(tree: PositionTree, path: Sequence[str]) -> PosNode | None:
+    """The position node at `path` in a document's tree, or None when the path is not spelled there."""
     nodes, found = tree, None
     for key in path:
         found = nodes.get(key)
@@ -531,7 +532,7 @@ def _delete_path(merged: dict[str, Any], tree: PositionTree, path: Sequence[str]
         parent.pop(last, None)
     elif isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
         parent.pop(int(last))
-    holder = _tree_at(tree, path[:-1]) if len(path) > 1 else None
+    holder = tree_at(tree, path[:-1]) if len(path) > 1 else None
     if len(path) == 1:
         tree.pop(last, None)
     elif holder is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from packcfg.core.atomic import atomic_write_text
 from packcfg.core.base_recipes import is_base_source
-from packcfg.core.config import ConfigError, is_override_source, load_document, merge_documents
+from packcfg.core.config import ConfigError, is_override_source, load_document, merge_documents, tree_at
 from packcfg.core.diagnostics import Diagnostic, Edit
 from packcfg.core.yamlsource import YamlDocument, load_bytes
 from packcfg.lint.settings import Settings
@@ -315,13 +315,7 @@ def _keep_layout(old: str, new: str) -> str:
 
 
 def _contains(doc: YamlDocument, path: Sequence[str]) -> bool:
-    nodes = doc.positions
-    for key in path:
-        entry = nodes.get(key)
-        if entry is None:
-            return False
-        nodes = entry.children
-    return True
+    return tree_at(doc.positions, path) is not None
 
 
 def _targets(edit: Edit, documents: Sequence[YamlDocument], sources: Any) -> list[str]:

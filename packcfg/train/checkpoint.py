@@ -31,8 +31,6 @@ from packcfg.train.optim import LrSchedule, MasterWeights
 from packcfg.train.parallel import Layout
 from packcfg.train.run_folder import LATEST, CheckpointError, read_latest
 
-__all__ = ["LATEST", "CheckpointError", "read_latest"]
-
 
 def load_file(path: Path) -> Any:
     """`torch.load(path, weights_only=True)`, with every failure as one line naming the file."""

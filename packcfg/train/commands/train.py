@@ -82,12 +82,11 @@ def run(args: argparse.Namespace) -> int:
     if nproc > 1 and not on_rank and _nodes(config) == 1:
         return _reexec_under_torchrun(nproc, config, args)
 
-    from packcfg.train.checkpoint import CheckpointError
     from packcfg.train.loop import TrainOptions, train
 
     try:
         train(config, TrainOptions(batching=args.batching, output_dir=args.output_dir, resume=args.resume))
-    except (ValueError, FileNotFoundError, CheckpointError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # CheckpointError is a ValueError, FileNotFoundError an OSError
         return _fail(f"packcfg train: {exc}")
     return 0
 
