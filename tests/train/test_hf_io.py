@@ -184,6 +184,30 @@ def test_export_refuses_a_folder_it_did_not_write(tmp_path):
     assert (out / "notes.txt").read_text() == "keep me"
 
 
+def test_export_refuses_weights_that_do_not_fit_the_config(tmp_path):
+    """A Llama-trained checkpoint exported under a Qwen3 config (q/k norms missing), or with a wrong
+    vocabulary, is refused by name; transformers' own model is the judge of what fits."""
+    from packcfg.train.hf.convert import check_fits
+    from packcfg.train.hf.tiny import make_tiny_hf_model
+    from packcfg.train.hf.weights import read_safetensors
+
+    for family in ("llama", "qwen3"):
+        make_tiny_hf_model(family, tmp_path / family, 64, seed=0)
+    llama = read_safetensors(tmp_path / "llama")
+    llama_config = json.loads((tmp_path / "llama" / "config.json").read_text())
+    qwen3_config = json.loads((tmp_path / "qwen3" / "config.json").read_text())
+    check_fits(llama, llama_config)  # the folder's own tensors fit its own config
+    with pytest.raises(HFConfigError, match=r"no tensor for model\.layers\.0\.self_attn\.[qk]_norm\.weight"):
+        check_fits(llama, qwen3_config)
+    with pytest.raises(
+        HFConfigError,
+        match=r"(lm_head|model\.embed_tokens)\.weight has shape \(64, 64\), .* needs \(65, 64\)",
+    ):
+        check_fits(llama, {**llama_config, "vocab_size": 65})
+    with pytest.raises(HFConfigError, match="has no place"):
+        check_fits({**llama, "model.extra.weight": llama["model.norm.weight"]}, llama_config)
+
+
 # ---- the command line: train from an HF folder, export, reload
 
 

@@ -100,6 +100,35 @@ def megatron_to_hf(state: dict[str, Tensor], family: str, shape: tuple[int, int,
     return out
 
 
+def check_fits(tensors: dict[str, Tensor], config: dict[str, Any]) -> None:
+    """Refuse an export whose tensors are not exactly the model its config.json describes.
+
+    The judge is `transformers` itself: the config's model is built on the meta device (no memory, no
+    weights) and its state dict names and shapes are compared, so a checkpoint trained from another
+    folder (another family, vocab or width) is an error here, not a folder that loads with random or
+    missing layers."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf_config = AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    expected = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+    if config.get("tie_word_embeddings"):
+        expected.pop("lm_head.weight", None)
+    what = f"the {config.get('model_type')} model the config describes"
+    hint = " (was the checkpoint trained from another model.hf_path or model shape?)"
+    for name, shape in sorted(expected.items()):
+        if name not in tensors:
+            raise HFConfigError(f"export: the checkpoint has no tensor for {name}, which {what} needs{hint}")
+        if tuple(tensors[name].shape) != shape:
+            raise HFConfigError(
+                f"export: {name} has shape {tuple(tensors[name].shape)}, {what} needs {shape}{hint}"
+            )
+    extra = sorted(set(tensors) - set(expected))
+    if extra:
+        raise HFConfigError(f"export: tensor {extra[0]} has no place in {what}{hint}")
+
+
 def _tp() -> tuple[int, int]:
     from packcfg.train.mcore_compat import parallel_state
 
@@ -192,6 +221,7 @@ def export_hf(
     shape = (settings.num_attention_heads, settings.num_query_groups, settings.kv_channels)
     tensors = {k: v.to(dtype) for k, v in megatron_to_hf(state, family, shape).items()}
     config = hf_config_dict(settings, family, dtype=str(dtype).removeprefix("torch."))
+    check_fits(tensors, config)
     companions: list[Path] = []
     if base_folder is not None:
         base = read_hf_config(base_folder).raw
