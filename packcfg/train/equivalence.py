@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,6 +29,13 @@ GRAD_RTOL = 1e-4
 class LossAndGrads:
     loss: float
     grads: dict[str, torch.Tensor]  # full (TP-gathered) gradients by parameter name
+
+
+def load_results(path: str | Path) -> Any:
+    """Results a multi-process equivalence run saved with `torch.save`: loaded with
+    `weights_only=True` (tensors, containers and `LossAndGrads` only; nothing in the file runs code)."""
+    with torch.serialization.safe_globals([LossAndGrads]):
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _full(model: torch.nn.Module, name: str, p: torch.nn.Parameter, local: torch.Tensor) -> torch.Tensor:

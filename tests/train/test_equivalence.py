@@ -12,7 +12,7 @@ import torch
 
 from packcfg.train.batches import Faults, pack_thd, pad_batch
 from packcfg.train.data import build_micro_batch
-from packcfg.train.equivalence import compare, loss_and_grads
+from packcfg.train.equivalence import compare, load_results, loss_and_grads
 from packcfg.train.settings import Batching, DataSettings
 
 from .cases import PARALLEL_CASES, greedy_packs, run_case, run_torchrun, synthetic_samples
@@ -129,7 +129,7 @@ CONTROLS = {
 def test_parallel_equals_single_process(case, tmp_path):
     out = tmp_path / f"{case}.pt"
     run_torchrun(["tests/train/harness.py", case, str(out), *CONTROLS[case]])
-    two = torch.load(out, weights_only=False)
+    two = load_results(out)
     reference = run_case(case, ["none"])["none"]
     assert compare(reference, two["none"]) == [], f"{case} 2 differs from {case} 1"
     for control in CONTROLS[case]:

@@ -97,7 +97,9 @@ def run_sp_case(case: str, variants: list[str]) -> dict[str, dict[str, Any]]:
 def torchrun_case(case: str, faults: list[str], tmp_path: Path) -> dict[str, dict[str, Any]]:
     out = tmp_path / f"{case}.pt"
     run_torchrun([str(Path(__file__).resolve()), case, str(out), *faults])
-    return torch.load(out, weights_only=False)
+    from packcfg.train.equivalence import load_results
+
+    return load_results(out)
 
 
 def _as_loss_and_grads(loss: float, tensors: dict[str, torch.Tensor]) -> Any:
