@@ -287,6 +287,8 @@ def _arrow_records(
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
+    if b"null" in block:
+        return None  # pyarrow reads `"answer_start_idx": null` as an absent key; json.loads does not
     # 1 MiB blocks are parsed on pyarrow's threads; a line longer than that straddles two blocks, which
     # pyarrow refuses, so then the whole block is parsed as one (on one thread)
     for size in (1 << 20, max(1 << 20, min(len(block) + 1, block_bytes + 1))):
