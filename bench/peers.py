@@ -88,7 +88,9 @@ def _run_peer(python: str, code: str, npy: Path, cap: int, timeout: int) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=5_000, help="samples per distribution (default 5k: TRL needs the tokens)")
+    ap.add_argument(
+        "--n", type=int, default=5_000, help="samples per distribution (default 5k: TRL needs the tokens)"
+    )
     ap.add_argument("--capacity", type=int, default=32_768)
     ap.add_argument("--peers-python", default="/tmp/peers-venv/bin/python")
     ap.add_argument("--oracle-python", default="/work/main/.venv-oracle/bin/python")

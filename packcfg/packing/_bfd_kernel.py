@@ -88,6 +88,15 @@ def _give(free, top, which, i):  # type: ignore[no-untyped-def]
 
 
 @_njit
+def _part(part, full, q, rest):  # type: ignore[no-untyped-def]
+    """A step places `full` packs of q items (part 0), then one pack of the `rest` (part 1): (packs,
+    items per pack), (0, 0) for an empty part."""
+    if part == 0:
+        return (full, q) if full else (0, 0)
+    return (1, rest) if rest else (0, 0)
+
+
+@_njit
 def _put(lv, r_head, tree, size, nd_prev, nd_next, slot_free, top, r, k, ch_head, ch_tail, m):  # type: ignore[no-untyped-def]
     """Append the chain ch_head..ch_tail (m packs) to the level (remaining r, k items), creating the level
     in r's list (k ascending) when absent: Python's `put` (planner._grouped_best_fit_python)."""
@@ -176,16 +185,9 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
                 full = n // q
                 rest = n - full * q
                 for part in range(2):
-                    if part == 0:
-                        if full == 0:
-                            continue
-                        m = full
-                        qq = q
-                    else:
-                        if rest == 0:
-                            continue
-                        m = 1
-                        qq = rest
+                    m, qq = _part(part, full, q, rest)
+                    if m == 0:
+                        continue
                     if n_ev >= max_events or n_rr >= max_ranges:
                         return -1, ev_g, ev_q, ev_start, rr_s, rr_e, n_ev, next_id
                     ev_g[n_ev] = g
@@ -225,16 +227,9 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
                 full = n // q
                 rest = n - full * q
             for part in range(2):
-                if part == 0:
-                    if full == 0:
-                        continue
-                    want = full
-                    qq = q
-                else:
-                    if rest == 0:
-                        continue
-                    want = 1
-                    qq = rest
+                want, qq = _part(part, full, q, rest)
+                if want == 0:
+                    continue
                 # detach `want` packs from level sl: whole list, or from the tail (Python's take order)
                 if whole:
                     ch_head = lv_head[sl]
