@@ -182,7 +182,8 @@ def parse_block(
     if not _HAVE_NUMBA or not lines:
         return None
     buf = np.frombuffer(block, dtype=np.uint8)
-    cap = len(buf) // 2 + 1  # every value takes a digit and a separator
+    # every value but the last of its list is followed by a comma; at most one list per key per line
+    cap = block.count(b",") + lines + 1
     ids = np.empty(cap, dtype=np.int32)
     masks = np.empty(cap, dtype=np.int8)
     id_len = np.empty(lines, dtype=np.int64)
