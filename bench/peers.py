@@ -73,7 +73,7 @@ import glob, importlib.util, json, sys, time, numpy as np
 # __init__ imports transformers and the trainer stack; the module itself needs the standard library only)
 path = glob.glob(sys.prefix + "/lib/python3*/site-packages/llamafactory/data/processor/processor_utils.py")[0]
 spec = importlib.util.spec_from_file_location("lf_processor_utils", path)
-mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+mod = importlib.util.module_from_spec(spec); sys.modules[spec.name] = mod; spec.loader.exec_module(mod)
 a = np.load(sys.argv[1]).tolist(); cap = int(sys.argv[2])
 t = time.perf_counter(); bins = mod.greedy_knapsack(a, cap); t = time.perf_counter() - t
 print(json.dumps({"time": t, "packs": len(bins)}))

@@ -144,26 +144,24 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
 
     # levels: rows K, SIZE, HEAD, TAIL, NEXT of one array (see _put)
     n_slots = n_items + 2
-    lv = np.full((5, n_slots), -1, dtype=np.int64)
-    lv[_K] = 0
-    lv[_SIZE] = 0
+    lv = np.empty((5, n_slots), dtype=np.int64)
     lv_k, lv_size, lv_head, lv_tail, lv_next = lv[_K], lv[_SIZE], lv[_HEAD], lv[_TAIL], lv[_NEXT]
     slot_free = np.empty(n_slots, dtype=np.int64)
     # free-list counters: [free nodes, next new node, free slots, next new slot]
     top = np.zeros(4, dtype=np.int64)
 
     n_nodes = 2 * n_items + 4
-    nd_s = np.zeros(n_nodes, dtype=np.int64)
-    nd_e = np.zeros(n_nodes, dtype=np.int64)
-    nd_prev = np.full(n_nodes, -1, dtype=np.int64)
-    nd_next = np.full(n_nodes, -1, dtype=np.int64)
+    nd_s = np.empty(n_nodes, dtype=np.int64)
+    nd_e = np.empty(n_nodes, dtype=np.int64)
+    nd_prev = np.empty(n_nodes, dtype=np.int64)
+    nd_next = np.empty(n_nodes, dtype=np.int64)
     node_free = np.empty(n_nodes, dtype=np.int64)
 
-    ev_g = np.zeros(max_events, dtype=np.int64)
-    ev_q = np.zeros(max_events, dtype=np.int64)
-    ev_start = np.zeros(max_events + 1, dtype=np.int64)
-    rr_s = np.zeros(max_ranges, dtype=np.int64)
-    rr_e = np.zeros(max_ranges, dtype=np.int64)
+    ev_g = np.empty(max_events, dtype=np.int64)
+    ev_q = np.empty(max_events, dtype=np.int64)
+    ev_start = np.empty(max_events + 1, dtype=np.int64)
+    rr_s = np.empty(max_ranges, dtype=np.int64)
+    rr_e = np.empty(max_ranges, dtype=np.int64)
     n_ev = 0
     n_rr = 0
     next_id = 0
@@ -380,8 +378,10 @@ def grouped_best_fit(
     values = np.ascontiguousarray(values, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     n_items = int(counts.sum())
-    max_events = 4 * len(values) + 16
-    max_ranges = 2 * n_items + 16
+    # every event places at least one item, and so does every pack range of an event: n_items bounds
+    # both (the retry below is a safety net); the arrays are np.empty, so only what is used is touched
+    max_events = n_items + 16
+    max_ranges = n_items + 16
     while True:
         status, ev_g, ev_q, ev_start, rr_s, rr_e, n_ev, n_packs = _run(
             values, counts, int(capacity), int(k_max), max_events, max_ranges
