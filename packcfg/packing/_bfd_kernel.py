@@ -88,6 +88,13 @@ def _give(free, top, which, i):  # type: ignore[no-untyped-def]
 
 
 @_njit
+def _fit(space, length, most):  # type: ignore[no-untyped-def]
+    """How many items of `length` fit in `space`, at most `most` (all of `most` for zero lengths)."""
+    q = space // length if length else most
+    return most if q > most else q
+
+
+@_njit
 def _part(part, full, q, rest):  # type: ignore[no-untyped-def]
     """A step places `full` packs of q items (part 0), then one pack of the `rest` (part 1): (packs,
     items per pack), (0, 0) for an empty part."""
@@ -172,14 +179,7 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
         while n > 0:
             r = _tree_first(tree, size, length)
             if r < 0:
-                if length:
-                    q = capacity // length
-                    if q > k_max:
-                        q = k_max
-                else:
-                    q = k_max
-                if q > n:
-                    q = n
+                q = min(_fit(capacity, length, k_max), n)
                 full = n // q
                 rest = n - full * q
                 for part in range(2):
@@ -210,12 +210,7 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
             sl = r_head[r]
             k = lv_k[sl]
             m = lv_size[sl]
-            if length:
-                q = r // length
-            else:
-                q = k_max
-            if k_max - k < q:
-                q = k_max - k
+            q = _fit(r, length, k_max - k)
             if m <= n // q:  # m * q <= n without overflow (q is huge for zero lengths)
                 whole = True
                 full = m
