@@ -111,46 +111,51 @@ def _key(buf, i, end):  # type: ignore[no-untyped-def]
 
 
 @_njit
-def _parse(buf, n_lines, ids, id_len, masks, mask_len, answer):  # type: ignore[no-untyped-def]
-    """Fill the outputs line by line; returns (ids read, mask values read, -1) or (_, _, failing line)."""
+def _parse(buf, ids, id_len, masks, mask_len, answer):  # type: ignore[no-untyped-def]
+    """Fill the outputs line by line to the end of `buf`; returns (ids read, mask values read, lines, -1)
+    or (_, _, _, failing line)."""
     end = buf.shape[0]
+    n_lines = id_len.shape[0]
     i = 0
     k = 0
     m = 0
-    for line in range(n_lines):
+    line = 0
+    while i < end:
+        if line >= n_lines:
+            return k, m, line, line
         seen = 0  # bit per known key: a repeated key is refused
         id_len[line] = -1
         mask_len[line] = -1
         answer[line] = -1
         i = _skip_ws(buf, i, end)
         if i >= end or buf[i] != 123:  # {
-            return k, m, line
+            return k, m, line, line
         i = _skip_ws(buf, i + 1, end)
         while True:
             key, i = _key(buf, i, end)
             if key < 0 or (seen >> key) & 1:
-                return k, m, line
+                return k, m, line, line
             seen |= 1 << key
             i = _skip_ws(buf, i, end)
             if i >= end or buf[i] != 58:  # :
-                return k, m, line
+                return k, m, line, line
             i = _skip_ws(buf, i + 1, end)
             if key == 0:
                 n, i = _int_list(buf, i, end, ids, k, _MAX_ID)
                 if n <= 0:
-                    return k, m, line
+                    return k, m, line, line
                 id_len[line] = n
                 k += n
             elif key == 1:
                 n, i = _int_list(buf, i, end, masks, m, 1)
                 if n < 0:
-                    return k, m, line
+                    return k, m, line, line
                 mask_len[line] = n
                 m += n
             else:
                 v, i = _uint(buf, i, end, _MAX_ANSWER)
                 if v < 0:
-                    return k, m, line
+                    return k, m, line, line
                 answer[line] = v
             i = _skip_ws(buf, i, end)
             if i < end and buf[i] == 44:
@@ -159,37 +164,37 @@ def _parse(buf, n_lines, ids, id_len, masks, mask_len, answer):  # type: ignore[
             if i < end and buf[i] == 125:  # }
                 i = _skip_ws(buf, i + 1, end)
                 break
-            return k, m, line
+            return k, m, line, line
         if not seen & 1:
-            return k, m, line
+            return k, m, line, line
         if i < end:
             if buf[i] != 10:
-                return k, m, line
+                return k, m, line, line
             i += 1
-    if i != end:  # more lines than counted: never for a block the caller cut at newlines
-        return k, m, n_lines
-    return k, m, -1
+        line += 1
+    return k, m, line, -1
 
 
-def parse_block(
-    block: bytes, lines: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any] | None:
-    """The block's records, or None where the strict reader gives up (then pyarrow's reader decides).
+def parse_block(block: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any] | None:
+    """The block's records, one per line, or None where the strict reader gives up (then pyarrow's reader
+    decides).
 
     Returns (ids int32, lengths int64, mask values int8, mask lengths int64 (-1: no loss_mask), answer
-    int64 (-1: no answer_start_idx)) for the `lines` lines of `block` (whole lines; the last may lack its
-    newline)."""
-    if not _HAVE_NUMBA or not lines:
+    int64 (-1: no answer_start_idx)) for the lines of `block` (whole lines; the last may lack its newline).
+    """
+    if not _HAVE_NUMBA or not block:
         return None
     buf = np.frombuffer(block, dtype=np.uint8)
-    # every value but the last of its list is followed by a comma; at most one list per key per line
-    cap = block.count(b",") + lines + 1
+    # np.empty: only what is written becomes resident. A value takes a digit and a separator; a line at
+    # least `{"input_ids":[0]}`, 17 bytes, and a newline
+    cap = len(buf) // 2 + 1
+    max_lines = len(buf) // 17 + 1
     ids = np.empty(cap, dtype=np.int32)
     masks = np.empty(cap, dtype=np.int8)
-    id_len = np.empty(lines, dtype=np.int64)
-    mask_len = np.empty(lines, dtype=np.int64)
-    answer = np.empty(lines, dtype=np.int64)
-    k, m, bad = _parse(buf, lines, ids, id_len, masks, mask_len, answer)
+    id_len = np.empty(max_lines, dtype=np.int64)
+    mask_len = np.empty(max_lines, dtype=np.int64)
+    answer = np.empty(max_lines, dtype=np.int64)
+    k, m, lines, bad = _parse(buf, ids, id_len, masks, mask_len, answer)
     if bad >= 0:
         return None
-    return ids[:k], id_len, masks[:m], mask_len, answer
+    return ids[:k], id_len[:lines], masks[:m], mask_len[:lines], answer[:lines]

@@ -256,8 +256,7 @@ def _iter_token_jsonl_fast(
                 block, rest = block[:cut], block[cut:]
             if not block:
                 return
-            lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-            batch = _token_block(block, lines, parse, done + 1, block_bytes)
+            batch, lines = _token_block(block, parse, done + 1, block_bytes)
             if batch is None:
                 break
             for lo in range(0, len(batch.offsets) - 1, batch_size):
@@ -268,17 +267,21 @@ def _iter_token_jsonl_fast(
     yield from _iter_token_jsonl(path, batch_size, skip=done)
 
 
-def _token_block(block: bytes, lines: int, parse: Any, first_line: int, block_bytes: int) -> Batch | None:
-    """One block of token-id JSONL as a Batch, or None when the exact reader must decide.
+def _token_block(block: bytes, parse: Any, first_line: int, block_bytes: int) -> tuple[Batch | None, int]:
+    """One block of token-id JSONL (whole lines) as (Batch, lines), or (None, _) when the exact reader
+    must decide.
 
     The compiled strict reader (`_jsonl_kernel`, when numba is installed) goes first; a block it gives up
     on goes to pyarrow's JSON reader. Both hand the same arrays to `_records_batch`."""
     from packcfg.packing import _jsonl_kernel
 
-    records = _jsonl_kernel.parse_block(block, lines)
-    if records is None:
+    records = _jsonl_kernel.parse_block(block)
+    if records is not None:
+        lines = len(records[1])  # it refuses blank lines: one record per line
+    else:
+        lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
         records = _arrow_records(block, lines, parse, block_bytes)
-    return None if records is None else _records_batch(*records, first_line)
+    return (None if records is None else _records_batch(*records, first_line)), lines
 
 
 def _arrow_records(
