@@ -68,6 +68,74 @@ def _tree_first(tree, size, x):  # type: ignore[no-untyped-def]
     return -1
 
 
+_K, _SIZE, _HEAD, _TAIL, _NEXT = 0, 1, 2, 3, 4
+
+
+@_njit
+def _take(free, top, which):  # type: ignore[no-untyped-def]
+    """A node (which=0) or level slot (which=2) id: the last one freed, else a new one."""
+    if top[which]:
+        top[which] -= 1
+        return free[top[which]]
+    top[which + 1] += 1
+    return top[which + 1] - 1
+
+
+@_njit
+def _give(free, top, which, i):  # type: ignore[no-untyped-def]
+    free[top[which]] = i
+    top[which] += 1
+
+
+@_njit
+def _fit(space, length, most):  # type: ignore[no-untyped-def]
+    """How many items of `length` fit in `space`, at most `most` (all of `most` for zero lengths)."""
+    q = space // length if length else most
+    return most if q > most else q
+
+
+@_njit
+def _part(part, full, q, rest):  # type: ignore[no-untyped-def]
+    """A step places `full` packs of q items (part 0), then one pack of the `rest` (part 1): (packs,
+    items per pack), (0, 0) for an empty part."""
+    if part == 0:
+        return (full, q) if full else (0, 0)
+    return (1, rest) if rest else (0, 0)
+
+
+@_njit
+def _put(lv, r_head, tree, size, nd_prev, nd_next, slot_free, top, r, k, ch_head, ch_tail, m):  # type: ignore[no-untyped-def]
+    """Append the chain ch_head..ch_tail (m packs) to the level (remaining r, k items), creating the level
+    in r's list (k ascending) when absent: Python's `put` (planner._grouped_best_fit_python)."""
+    prev_sl = -1
+    sl = r_head[r]
+    while sl >= 0 and lv[_K, sl] < k:
+        prev_sl = sl
+        sl = lv[_NEXT, sl]
+    if sl >= 0 and lv[_K, sl] == k:
+        t = lv[_TAIL, sl]
+        if t >= 0:
+            nd_next[t] = ch_head
+            nd_prev[ch_head] = t
+        else:
+            lv[_HEAD, sl] = ch_head
+        lv[_TAIL, sl] = ch_tail
+        lv[_SIZE, sl] += m
+        return
+    ns = _take(slot_free, top, 2)
+    lv[_K, ns] = k
+    lv[_SIZE, ns] = m
+    lv[_HEAD, ns] = ch_head
+    lv[_TAIL, ns] = ch_tail
+    lv[_NEXT, ns] = sl
+    if prev_sl >= 0:
+        lv[_NEXT, prev_sl] = ns
+    else:
+        if r_head[r] < 0:
+            _tree_set(tree, size, r, 1)
+        r_head[r] = ns
+
+
 @_njit
 def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: ignore[no-untyped-def]
     n_groups = values.shape[0]
@@ -81,30 +149,26 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
     tree = np.zeros(2 * size, dtype=np.uint8)
     r_head = np.full(capacity + 1, -1, dtype=np.int64)  # first level slot at remaining r (k ascending)
 
+    # levels: rows K, SIZE, HEAD, TAIL, NEXT of one array (see _put)
     n_slots = n_items + 2
-    lv_k = np.zeros(n_slots, dtype=np.int64)
-    lv_size = np.zeros(n_slots, dtype=np.int64)
-    lv_head = np.full(n_slots, -1, dtype=np.int64)
-    lv_tail = np.full(n_slots, -1, dtype=np.int64)
-    lv_next = np.full(n_slots, -1, dtype=np.int64)
+    lv = np.empty((5, n_slots), dtype=np.int64)
+    lv_k, lv_size, lv_head, lv_tail, lv_next = lv[_K], lv[_SIZE], lv[_HEAD], lv[_TAIL], lv[_NEXT]
     slot_free = np.empty(n_slots, dtype=np.int64)
-    n_free_slots = 0
-    slot_top = 0
+    # free-list counters: [free nodes, next new node, free slots, next new slot]
+    top = np.zeros(4, dtype=np.int64)
 
     n_nodes = 2 * n_items + 4
-    nd_s = np.zeros(n_nodes, dtype=np.int64)
-    nd_e = np.zeros(n_nodes, dtype=np.int64)
-    nd_prev = np.full(n_nodes, -1, dtype=np.int64)
-    nd_next = np.full(n_nodes, -1, dtype=np.int64)
+    nd_s = np.empty(n_nodes, dtype=np.int64)
+    nd_e = np.empty(n_nodes, dtype=np.int64)
+    nd_prev = np.empty(n_nodes, dtype=np.int64)
+    nd_next = np.empty(n_nodes, dtype=np.int64)
     node_free = np.empty(n_nodes, dtype=np.int64)
-    n_free_nodes = 0
-    node_top = 0
 
-    ev_g = np.zeros(max_events, dtype=np.int64)
-    ev_q = np.zeros(max_events, dtype=np.int64)
-    ev_start = np.zeros(max_events + 1, dtype=np.int64)
-    rr_s = np.zeros(max_ranges, dtype=np.int64)
-    rr_e = np.zeros(max_ranges, dtype=np.int64)
+    ev_g = np.empty(max_events, dtype=np.int64)
+    ev_q = np.empty(max_events, dtype=np.int64)
+    ev_start = np.empty(max_events + 1, dtype=np.int64)
+    rr_s = np.empty(max_ranges, dtype=np.int64)
+    rr_e = np.empty(max_ranges, dtype=np.int64)
     n_ev = 0
     n_rr = 0
     next_id = 0
@@ -115,27 +179,13 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
         while n > 0:
             r = _tree_first(tree, size, length)
             if r < 0:
-                if length:
-                    q = capacity // length
-                    if q > k_max:
-                        q = k_max
-                else:
-                    q = k_max
-                if q > n:
-                    q = n
+                q = min(_fit(capacity, length, k_max), n)
                 full = n // q
                 rest = n - full * q
                 for part in range(2):
-                    if part == 0:
-                        if full == 0:
-                            continue
-                        m = full
-                        qq = q
-                    else:
-                        if rest == 0:
-                            continue
-                        m = 1
-                        qq = rest
+                    m, qq = _part(part, full, q, rest)
+                    if m == 0:
+                        continue
                     if n_ev >= max_events or n_rr >= max_ranges:
                         return -1, ev_g, ev_q, ev_start, rr_s, rr_e, n_ev, next_id
                     ev_g[n_ev] = g
@@ -149,57 +199,18 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
                     # put((capacity - qq * length, qq), [(next_id, next_id + m)])
                     nr = capacity - qq * length
                     if not (nr < smallest or qq >= k_max):
-                        if n_free_nodes:
-                            n_free_nodes -= 1
-                            nd = node_free[n_free_nodes]
-                        else:
-                            nd = node_top
-                            node_top += 1
+                        nd = _take(node_free, top, 0)
                         nd_s[nd] = next_id
                         nd_e[nd] = next_id + m
                         nd_prev[nd] = -1
                         nd_next[nd] = -1
-                        # find or create slot (nr, qq)
-                        prev_sl = -1
-                        sl = r_head[nr]
-                        while sl >= 0 and lv_k[sl] < qq:
-                            prev_sl = sl
-                            sl = lv_next[sl]
-                        if sl >= 0 and lv_k[sl] == qq:
-                            t = lv_tail[sl]
-                            nd_prev[nd] = t
-                            nd_next[t] = nd
-                            lv_tail[sl] = nd
-                            lv_size[sl] += m
-                        else:
-                            if n_free_slots:
-                                n_free_slots -= 1
-                                ns = slot_free[n_free_slots]
-                            else:
-                                ns = slot_top
-                                slot_top += 1
-                            lv_k[ns] = qq
-                            lv_size[ns] = m
-                            lv_head[ns] = nd
-                            lv_tail[ns] = nd
-                            lv_next[ns] = sl
-                            if prev_sl >= 0:
-                                lv_next[prev_sl] = ns
-                            else:
-                                if r_head[nr] < 0:
-                                    _tree_set(tree, size, nr, 1)
-                                r_head[nr] = ns
+                        _put(lv, r_head, tree, size, nd_prev, nd_next, slot_free, top, nr, qq, nd, nd, m)
                     next_id += m
                 break
             sl = r_head[r]
             k = lv_k[sl]
             m = lv_size[sl]
-            if length:
-                q = r // length
-            else:
-                q = k_max
-            if k_max - k < q:
-                q = k_max - k
+            q = _fit(r, length, k_max - k)
             if m <= n // q:  # m * q <= n without overflow (q is huge for zero lengths)
                 whole = True
                 full = m
@@ -209,16 +220,9 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
                 full = n // q
                 rest = n - full * q
             for part in range(2):
-                if part == 0:
-                    if full == 0:
-                        continue
-                    want = full
-                    qq = q
-                else:
-                    if rest == 0:
-                        continue
-                    want = 1
-                    qq = rest
+                want, qq = _part(part, full, q, rest)
+                if want == 0:
+                    continue
                 # detach `want` packs from level sl: whole list, or from the tail (Python's take order)
                 if whole:
                     ch_head = lv_head[sl]
@@ -243,12 +247,7 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
                             left -= cnt
                             nd = t
                         else:
-                            if n_free_nodes:
-                                n_free_nodes -= 1
-                                nd = node_free[n_free_nodes]
-                            else:
-                                nd = node_top
-                                node_top += 1
+                            nd = _take(node_free, top, 0)
                             nd_s[nd] = nd_e[t] - left
                             nd_e[nd] = nd_e[t]
                             nd_e[t] = nd_e[t] - left
@@ -283,49 +282,30 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
                 if nr < smallest or nk >= k_max:
                     nd = ch_head
                     while nd >= 0:
-                        node_free[n_free_nodes] = nd
-                        n_free_nodes += 1
+                        _give(node_free, top, 0, nd)
                         nd = nd_next[nd]
                 else:
-                    prev_sl = -1
-                    s2 = r_head[nr]
-                    while s2 >= 0 and lv_k[s2] < nk:
-                        prev_sl = s2
-                        s2 = lv_next[s2]
-                    if s2 >= 0 and lv_k[s2] == nk:
-                        t = lv_tail[s2]
-                        if t >= 0:
-                            nd_next[t] = ch_head
-                            nd_prev[ch_head] = t
-                        else:
-                            lv_head[s2] = ch_head
-                        lv_tail[s2] = ch_tail
-                        lv_size[s2] += want
-                    else:
-                        if n_free_slots:
-                            n_free_slots -= 1
-                            ns = slot_free[n_free_slots]
-                        else:
-                            ns = slot_top
-                            slot_top += 1
-                        lv_k[ns] = nk
-                        lv_size[ns] = want
-                        lv_head[ns] = ch_head
-                        lv_tail[ns] = ch_tail
-                        lv_next[ns] = s2
-                        if prev_sl >= 0:
-                            lv_next[prev_sl] = ns
-                        else:
-                            if r_head[nr] < 0:
-                                _tree_set(tree, size, nr, 1)
-                            r_head[nr] = ns
+                    _put(
+                        lv,
+                        r_head,
+                        tree,
+                        size,
+                        nd_prev,
+                        nd_next,
+                        slot_free,
+                        top,
+                        nr,
+                        nk,
+                        ch_head,
+                        ch_tail,
+                        want,
+                    )
             # drop the source level if it is empty (it is the head of r's list: smallest k)
             if lv_size[sl] == 0:
                 r_head[r] = lv_next[sl]
                 if r_head[r] < 0:
                     _tree_set(tree, size, r, 0)
-                slot_free[n_free_slots] = sl
-                n_free_slots += 1
+                _give(slot_free, top, 2, sl)
             if whole:
                 n -= m * q
             else:
@@ -393,8 +373,10 @@ def grouped_best_fit(
     values = np.ascontiguousarray(values, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     n_items = int(counts.sum())
-    max_events = 4 * len(values) + 16
-    max_ranges = 2 * n_items + 16
+    # every event places at least one item, and so does every pack range of an event: n_items bounds
+    # both (the retry below is a safety net); the arrays are np.empty, so only what is used is touched
+    max_events = n_items + 16
+    max_ranges = n_items + 16
     while True:
         status, ev_g, ev_q, ev_start, rr_s, rr_e, n_ev, n_packs = _run(
             values, counts, int(capacity), int(k_max), max_events, max_ranges

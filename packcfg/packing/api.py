@@ -10,6 +10,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -348,8 +349,40 @@ def pack_dataset(
     pad_id = settings.pad_id
     if pad_id is None:
         pad_id = load_tokenizer(tokenizer).pad_id if tokenizer is not None else 0
-    source_sum = file_checksum(settings.source)
     tokenizer_sum = tokenizer_checksum(tokenizer)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # the source's sha256 is taken in a worker thread while the source is read (hashlib releases
+        # the GIL); an unreadable source still reports the checksum's error, as before
+        pending_sum = pool.submit(file_checksum, settings.source)
+        try:
+            return _pack(
+                settings,
+                fmt,
+                tokenizer,
+                pad_id,
+                tokenizer_sum,
+                pending_sum,
+                inputs,
+                progress,
+                _fail_after_rows,
+            )
+        except PackingError:
+            pending_sum.result()
+            raise
+
+
+def _pack(
+    settings: PackSettings,
+    fmt: str,
+    tokenizer: Path | None,
+    pad_id: int,
+    tokenizer_sum: str | None,
+    pending_sum: Future[str | None],
+    inputs: tuple[Path | None, ...],
+    progress: bool,
+    fail_after_rows: int | None,
+) -> PackedData:
+    """`pack_dataset` once the inputs are checked: spool, plan, write the file, then the metadata."""
     t0 = time.perf_counter()
     settings.output.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(settings.output.parent, settings.output.name)
@@ -359,6 +392,7 @@ def pack_dataset(
     with temp_dir(settings.output) as workdir:
         with Progress("read ", None, progress) as bar:
             sp = spool(settings.source, tokenizer, workdir, bar)
+        source_sum = pending_sum.result()
         t_read = time.perf_counter()
         p = make_plan(sp, settings)
         t_plan = time.perf_counter()
@@ -414,7 +448,7 @@ def pack_dataset(
                 settings.seed,
                 settings.shuffle,
                 bar,
-                fail_after_rows=_fail_after_rows,
+                fail_after_rows=fail_after_rows,
                 file_metadata=entry,
                 inputs=(settings.source, tokenizer, *inputs),
             )

@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +28,7 @@ from packcfg.packing.errors import PackingError
 
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+T = TypeVar("T")
 
 
 @dataclass
@@ -118,11 +121,16 @@ def label_mask_from_input_mask(mask: np.ndarray, offsets: np.ndarray) -> np.ndar
 
 
 def label_mask_from_answer_start(answer_start: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    lens = np.diff(offsets)
-    rel = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], lens)
-    out = (rel >= np.repeat(answer_start - 1, lens)).astype(np.int8)
-    out[offsets[1:] - 1] = 0
-    return out
+    """1 from position answer_start - 1 of each sample up to, not including, its last position."""
+    # +1 where a sample's targets begin and -1 at its last position, summed: one int8 pass over the
+    # tokens instead of per-token index arrays
+    begin = offsets[:-1] + np.maximum(np.asarray(answer_start, dtype=np.int64) - 1, 0)
+    stop = offsets[1:] - 1
+    some = begin < stop
+    step = np.zeros(int(offsets[-1]) + 1, dtype=np.int8)
+    step[begin[some]] = 1  # one begin per sample and one stop per sample: no index repeats
+    step[stop[some]] = -1
+    return np.cumsum(step[:-1], dtype=np.int8)
 
 
 def label_mask_all(offsets: np.ndarray) -> np.ndarray:
@@ -248,8 +256,7 @@ def _iter_token_jsonl_fast(
                 block, rest = block[:cut], block[cut:]
             if not block:
                 return
-            lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-            batch = _arrow_token_block(block, lines, parse, done + 1, block_bytes)
+            batch, lines = _token_block(block, parse, done + 1, block_bytes)
             if batch is None:
                 break
             for lo in range(0, len(batch.offsets) - 1, batch_size):
@@ -260,63 +267,110 @@ def _iter_token_jsonl_fast(
     yield from _iter_token_jsonl(path, batch_size, skip=done)
 
 
-def _arrow_token_block(
-    block: bytes, lines: int, parse: Any, first_line: int, block_bytes: int
-) -> Batch | None:
-    """One block of token-id JSONL as a Batch, or None when the exact reader must decide."""
+def _token_block(block: bytes, parse: Any, first_line: int, block_bytes: int) -> tuple[Batch | None, int]:
+    """One block of token-id JSONL (whole lines) as (Batch, lines), or (None, _) when the exact reader
+    must decide.
+
+    The compiled strict reader (`_jsonl_kernel`, when numba is installed) goes first; a block it gives up
+    on goes to pyarrow's JSON reader. Both hand the same arrays to `_records_batch`."""
+    from packcfg.packing import _jsonl_kernel
+
+    records = _jsonl_kernel.parse_block(block)
+    if records is not None:
+        lines = len(records[1])  # it refuses blank lines: one record per line
+    else:
+        lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+        records = _arrow_records(block, lines, parse, block_bytes)
+    return (None if records is None else _records_batch(*records, first_line)), lines
+
+
+def _arrow_records(
+    block: bytes, lines: int, parse: Any, block_bytes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """A block through pyarrow's JSON reader, as `_jsonl_kernel.parse_block` returns it (None: pyarrow
+    refused it, or read a record per line differently)."""
     import io
 
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    try:
-        table = pj.read_json(
-            io.BytesIO(block),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(block) + 1, block_bytes + 1))),
-            parse_options=parse,
-        )
-    except (pa.ArrowException, ValueError):
+    if b"null" in block:
+        return None  # pyarrow reads `"answer_start_idx": null` as an absent key; json.loads does not
+    # 1 MiB blocks are parsed on pyarrow's threads; a line longer than that straddles two blocks, which
+    # pyarrow refuses, so then the whole block is parsed as one (on one thread)
+    for size in (1 << 20, max(1 << 20, min(len(block) + 1, block_bytes + 1))):
+        try:
+            table = pj.read_json(
+                io.BytesIO(block),
+                read_options=pj.ReadOptions(block_size=size, use_threads=True),
+                parse_options=parse,
+            )
+            break
+        except (pa.ArrowException, ValueError):
+            continue
+    else:
         return None
     if table.num_rows != lines or lines == 0:
         return None  # blank lines (line numbers would drift) or something pyarrow read differently
     ids = table.column("input_ids").combine_chunks()
     if ids.null_count:
         return None
-    lens = pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = ids.flatten()
-    if flat.null_count or not len(lens) or lens.min() == 0:
+    if flat.null_count:
         return None
+    lens = pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
     values = flat.to_numpy(zero_copy_only=False)
-    if values.min() < 0 or values.max() > MAX_TOKEN_ID:
+    if len(values) and (values.min() < 0 or values.max() > MAX_TOKEN_ID):
         return None
-    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
     lm_col = table.column("loss_mask").combine_chunks()
-    ans_col = table.column("answer_start_idx").combine_chunks()
-    n = len(lens)
-    if lm_col.null_count == 0:  # every record has a loss_mask (it wins over answer_start_idx)
-        mlens = pc.list_value_length(lm_col).to_numpy(zero_copy_only=False)
-        m = lm_col.flatten()
-        if m.null_count or not np.array_equal(mlens, lens):
-            return None
-        mv = m.to_numpy(zero_copy_only=False)
-        if mv.min() < 0 or mv.max() > 1:
-            return None
-        lm = label_mask_from_input_mask(mv, offsets)
-    elif lm_col.null_count == n:
-        if ans_col.null_count == 0:
-            a = ans_col.to_numpy(zero_copy_only=False).astype(np.int64)
-            if (a < 0).any() or (a > lens).any():
-                return None
-            lm = label_mask_from_answer_start(a, offsets)
-        elif ans_col.null_count == n:
-            lm = label_mask_all(offsets)
-        else:
-            return None
-    else:
+    mflat = lm_col.flatten()
+    if mflat.null_count:
         return None
-    return Batch(values.astype(np.int32), offsets, lm, first_line)
+    mv = mflat.to_numpy(zero_copy_only=False)
+    if len(mv) and (mv.min() < 0 or mv.max() > 1):
+        return None
+    mlens = pc.fill_null(pc.list_value_length(lm_col), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    ans_col = table.column("answer_start_idx").combine_chunks()
+    if ans_col.null_count < len(ans_col) and pc.min(ans_col).as_py() < 0:
+        return None  # -1 means "absent" below
+    answer = pc.fill_null(ans_col, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return values.astype(np.int32), lens, mv.astype(np.int8), mlens, answer
+
+
+def _records_batch(
+    values: np.ndarray,
+    lens: np.ndarray,
+    mask_values: np.ndarray,
+    mask_lens: np.ndarray,
+    answer: np.ndarray,
+    first_line: int,
+) -> Batch | None:
+    """The Batch of a block's records (lengths; mask lengths and answers -1 where the key is absent), or
+    None unless every record is usable the same way: non-empty input_ids, and either a loss_mask as long
+    as input_ids on every record (it wins over answer_start_idx), or none and then answer_start_idx in
+    0..len on every record or on none."""
+    n = len(lens)
+    if not n or lens.min() <= 0:
+        return None
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    has_mask = mask_lens >= 0
+    if has_mask.all():
+        if not np.array_equal(mask_lens, lens):
+            return None
+        lm = label_mask_from_input_mask(mask_values, offsets)
+    elif has_mask.any():
+        return None
+    elif (answer >= 0).all():
+        if (answer > lens).any():
+            return None
+        lm = label_mask_from_answer_start(answer, offsets)
+    elif (answer >= 0).any():
+        return None
+    else:
+        lm = label_mask_all(offsets)
+    return Batch(values, offsets, lm, first_line)
 
 
 def _slice_batch(b: Batch, lo: int, hi: int) -> Batch:
@@ -642,6 +696,53 @@ def _iter_text_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Itera
 # --------------------------------------------------------------------------------------------- spool
 
 
+def prefetched(items: Iterator[T], depth: int = 2) -> Iterator[T]:
+    """What `items` yields, in order, computed up to `depth` items ahead in a worker thread.
+
+    For readers whose work releases the GIL (pyarrow decoding, numpy): on two cores the next batch is read
+    while this one is written. An exception of `items` is raised here, in its place in the sequence; when
+    the consumer stops early the worker stops at its next item and closes `items`.
+    """
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for x in items:
+                if not put((False, x)):
+                    return
+            put((True, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            put((True, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=work, name="packcfg-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            last, value = q.get()
+            if last:
+                if value is not None:
+                    raise value
+                return
+            yield value
+    finally:
+        stop.set()
+        worker.join()
+
+
 @dataclass
 class Spool:
     """All samples in flat arrays (memory-mapped files, or in memory for small data)."""
@@ -698,7 +799,7 @@ def spool(
         tf = open(workdir / "tokens.bin", "wb")  # closed below
         mf = open(workdir / "mask.bin", "wb")
     try:
-        for b in iter_batches(Path(path), tokenizer, batch_size):
+        for b in prefetched(iter_batches(Path(path), tokenizer, batch_size)):
             if tf is not None and mf is not None:
                 b.values.tofile(tf)
                 b.mask.tofile(mf)

@@ -70,3 +70,128 @@ def test_errors_are_the_exact_readers(tmp_path, bad, block):
     with pytest.raises(PackingError) as exact:
         list(sources._iter_token_jsonl(path, 7))
     assert str(fast.value) == str(exact.value) and "t.jsonl:14:" in str(fast.value)
+
+
+# --------------------------------------------------------------------------- the compiled strict reader
+
+kernel = pytest.importorskip("packcfg.packing._jsonl_kernel")
+if not kernel._HAVE_NUMBA:  # pragma: no cover - numba is in the pack and dev extras
+    pytest.skip("numba is not installed", allow_module_level=True)
+
+
+def _outcome(path: Path, block: int = 1 << 20):
+    """What the fast reader gives: the flat samples, or the one-line error."""
+    try:
+        return _flat(sources._iter_token_jsonl_fast(path, 7, block_bytes=block))
+    except PackingError as exc:
+        return str(exc)
+
+
+def _exact(path: Path):
+    try:
+        return _flat(sources._iter_token_jsonl(path, 7))
+    except PackingError as exc:
+        return str(exc)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _plain_lines(seed: int, kind: str) -> list[str]:
+    """12 lines of one kind (a block of mixed kinds goes to the exact reader whoever parses it), with JSON
+    whitespace in every place it may be (none, tabs, CR before the newline)."""
+    rows = random_token_rows(12, seed=seed, kind=kind)
+    styles = [{}, {"separators": (",", ":")}, {"indent": None, "separators": (" ,\t", " :  ")}]
+    return [json.dumps(r, **styles[i % 3]) + ("\r" if i == 5 else "") for i, r in enumerate(rows)]
+
+
+@pytest.mark.parametrize("kind", ["mask", "answer", "none"])
+def test_kernel_reads_plain_lines_itself_and_as_the_exact_reader(tmp_path, kind, monkeypatch):
+    text = "\n".join(_plain_lines(11, kind)) + "\n"
+    records = kernel.parse_block(text.encode())
+    assert records is not None and len(records[1]) == 12  # the kernel, not pyarrow, reads it
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    assert _same(_outcome(path), _exact(path))
+    monkeypatch.setattr(kernel, "_HAVE_NUMBA", False)  # pyarrow's reader alone: the same
+    assert _same(_outcome(path), _exact(path))
+
+
+MUTATIONS = {
+    "sign": lambda s: s.replace("[", "[-", 1),
+    "leading zero": lambda s: s.replace("[", "[0", 1),
+    "float": lambda s: s.replace(",", ".0,", 1),
+    "exponent": lambda s: s.replace(",", "e1,", 1),
+    "null": lambda s: s.replace("[", "[null, ", 1),
+    "bool": lambda s: s.replace("[", "[true, ", 1),
+    "other key": lambda s: s.replace("{", '{"x": 1, ', 1),
+    "repeated key": lambda s: s.replace("{", '{"input_ids": [3], ', 1),
+    "escaped key": lambda s: s.replace('"input_ids"', '"input\\u005fids"', 1),
+    "beyond int32": lambda s: s.replace("[", "[2147483648, ", 1),
+    "int32 max": lambda s: s.replace("[", "[2147483647, ", 1),
+    "empty ids": lambda s: '{"input_ids": []}',
+    "empty object": lambda s: "{}",
+    "no input_ids": lambda s: '{"loss_mask": [1, 0]}',
+    "mask 2": lambda s: '{"input_ids": [5, 6], "loss_mask": [2, 0]}',
+    "answer at len": lambda s: '{"input_ids": [5, 6], "answer_start_idx": 2}',
+    "answer past len": lambda s: '{"input_ids": [5, 6], "answer_start_idx": 3}',
+    "answer negative": lambda s: '{"input_ids": [5, 6], "answer_start_idx": -1}',
+    "answer null": lambda s: '{"input_ids": [5, 6], "answer_start_idx": null}',
+    "two objects": lambda s: s + " " + s,
+    "trailing text": lambda s: s + " x",
+    "blank": lambda s: "   ",
+    "array": lambda s: "[1, 2]",
+    "unclosed": lambda s: s[:-1],
+}
+
+
+@pytest.mark.parametrize("kind", ["mask", "answer", "none"])
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_kernel_gives_up_exactly_where_it_must(tmp_path, name, kind):
+    """One odd line among plain ones: the outcome (samples and line numbers, or the error) is the exact
+    reader's, whichever reader ends up deciding."""
+    lines = _plain_lines(21, kind)
+    lines[6] = MUTATIONS[name](lines[6])
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    for block in (150, 1 << 20):
+        assert _same(_outcome(path, block), _exact(path)), (name, block)
+
+
+@pytest.mark.parametrize("kind", ["mask", "answer", "none"])
+def test_kernel_fuzzed_bytes_match_the_exact_reader(tmp_path, kind):
+    """Random single-byte edits of JSON-ish characters: never a different outcome from json.loads."""
+    rng = np.random.default_rng(5)
+    alphabet = list('0123456789,[]{}":-.e \t') + ["null", "true", '"loss_mask"', '"answer_start_idx"']
+    base = _plain_lines(31, kind)
+    path = tmp_path / "t.jsonl"
+    for trial in range(200):
+        lines = list(base)
+        k = int(rng.integers(len(lines)))
+        s = lines[k]
+        pos = int(rng.integers(len(s) + 1))
+        edit = alphabet[int(rng.integers(len(alphabet)))]
+        lines[k] = s[:pos] + edit + s[pos + int(rng.integers(0, 2)) :]  # insert, or replace one char
+        path.write_text("\n".join(lines) + "\n")
+        assert _same(_outcome(path), _exact(path)), (trial, lines[k])
+
+
+def test_control_a_wrong_kernel_is_caught(tmp_path, monkeypatch):
+    """The comparisons above can fail: a kernel that swaps two ids is found."""
+    real = kernel.parse_block
+
+    def swapped(block):
+        out = real(block)
+        if out is not None:
+            out[0][[0, 1]] = out[0][[1, 0]]
+        return out
+
+    lines = _plain_lines(41, "answer")
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert _same(_outcome(path), _exact(path))
+    monkeypatch.setattr(kernel, "parse_block", swapped)
+    assert not _same(_outcome(path), _exact(path))

@@ -255,3 +255,59 @@ def test_bundled_pretokenized_sample_matches_the_text_pipeline(tmp_path, sample_
         ids, mask = text.sample(i)
         want[(tuple(ids.tolist()), tuple(mask.tolist()))] += 1
     assert unpacked(res.train_path) == want
+
+
+# --------------------------------------------------------------------------- read-ahead and build-ahead
+
+
+def test_prefetched_keeps_order_raises_in_place_and_stops_its_worker():
+    import threading
+
+    from packcfg.packing.sources import prefetched
+
+    def items(n, fail_at=None):
+        for i in range(n):
+            if i == fail_at:
+                raise PackingError(f"data.jsonl:{i + 1}: bad")
+            yield i
+
+    assert list(prefetched(items(50))) == list(range(50))
+    got = []
+    with pytest.raises(PackingError, match=r"^data.jsonl:8: bad$"):
+        for x in prefetched(items(50, fail_at=7)):
+            got.append(x)
+    assert got == list(range(7))  # everything before the error, nothing after
+    closed = threading.Event()
+
+    def endless():
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.set()
+
+    for x in prefetched(endless()):
+        if x == 3:
+            break
+    assert closed.wait(5)  # the consumer stopped: the worker closed the source
+    assert not any(t.name == "packcfg-prefetch" for t in threading.enumerate())
+
+
+def test_pipelined_writer_gives_the_rows_and_digest_of_one_row_group_at_a_time(tmp_path, token_jsonl):
+    """Row groups built ahead in a thread: the same rows, in the same order, and the same samples_digest
+    whatever the row-group size (1 row per group: every row crosses the thread hand-off)."""
+    from packcfg.packing.planner import plan
+    from packcfg.packing.writer import write_packed
+
+    sp = spool(token_jsonl)
+    p = plan(sp.runtime_lengths(), 512, align=4)
+    tables, digests = [], []
+    for rows in (1, 7, 10_000):
+        meta: dict = {"fingerprint": "sha256:x"}
+        write_packed(tmp_path / f"o{rows}.parquet", sp, p, 0, seed=3, rows_per_group=rows, file_metadata=meta)
+        tables.append(pq.read_table(tmp_path / f"o{rows}.parquet"))
+        digests.append(meta["samples_digest"])
+    assert all(t.equals(tables[0]) for t in tables) and len(set(digests)) == 1
+    assert pq.ParquetFile(tmp_path / "o1.parquet").metadata.num_row_groups == p.num_packs
