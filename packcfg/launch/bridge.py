@@ -172,10 +172,11 @@ def overrides(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def command_args(spec: BridgeSpec, data: Mapping[str, Any]) -> list[str]:
-    """The words after `torchrun <options>`: the script and its arguments, as run_recipe.py takes them."""
+def command_args(spec: BridgeSpec, data: Mapping[str, Any], overlay_file: str | None = None) -> list[str]:
+    """The words after `torchrun <options>`: the script and its arguments, as run_recipe.py takes them.
+    `overlay_file`: where an `entry` script finds the overlay (default: in its working directory)."""
     if spec.entry:
-        return [spec.entry, "--config-file", OVERLAY]
+        return [spec.entry, "--config-file", overlay_file or OVERLAY]
     _, step_flag = VERSIONS[spec.version]
     args = [spec.script, "--recipe", spec.recipe or ""]
     if spec.mode:

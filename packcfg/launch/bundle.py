@@ -377,6 +377,34 @@ def derived_mounts(config: Mapping[str, Any], spec: LaunchSpec) -> list[str]:
     return out
 
 
+def anchored_paths(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """`data` with each relative path under a path key (as `derived_mounts` finds them) made absolute
+    under `base`, the bundle folder. For NeMo-Run's SlurmExecutor, which starts every task in its own
+    `<job dir>/code` folder (`srun --chdir`, or `--container-workdir /nemo_run/code` in a container;
+    nemo_run 0.11.1 `core/execution/slurm.py`), where the bundle-relative paths local and Slurm jobs use
+    would not resolve; the bundle is mounted at its own path, so the absolute ones do. A relative
+    `tokenizer_model` stays as it is: it may be a Hugging Face model id."""
+
+    def walk(node: Any, key: str, in_section: bool) -> Any:
+        if isinstance(node, Mapping):
+            return {str(k): walk(v, str(k), in_section) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, key, in_section) for v in node]
+        if (
+            in_section
+            and isinstance(node, str)
+            and node
+            and _PATH_KEY.search(key)
+            and key != "tokenizer_model"
+            and not node.startswith("/")
+            and "://" not in node
+        ):
+            return str(base / node)
+        return node
+
+    return {str(k): walk(v, str(k), str(k) in _PATH_SECTIONS) for k, v in data.items()}
+
+
 def container_args(spec: LaunchSpec, mounts: Sequence[str] | None = None) -> list[str]:
     """srun's pyxis flags, each one shell word (quoted here); the bundle is mounted at its own path
     because the job runs from it."""
@@ -460,7 +488,12 @@ def render_bundle(
         from packcfg.launch import bridge as _bridge
 
         bridge_data = _bridge.overlay(config, spec.bridge.version)
-        bridge_args = _bridge.command_args(spec.bridge, bridge_data)
+        overlay_file = None
+        if spec.backend == "nemo-run" and directory is not None:
+            # NeMo-Run runs Bridge outside the bundle folder: see anchored_paths.
+            bridge_data = anchored_paths(bridge_data, directory)
+            overlay_file = str(directory / _bridge.OVERLAY)
+        bridge_args = _bridge.command_args(spec.bridge, bridge_data, overlay_file)
     digest = config_hash(config)
     packed = packed_data_path(config)
     derived = derived_mounts(config, spec)

@@ -19,7 +19,8 @@ import yaml
 
 from packcfg.launch import LaunchError
 from packcfg.launch.bridge import bridge_spec, command_args, overlay, overrides
-from packcfg.launch.bundle import render_bundle
+from packcfg.launch.bundle import anchored_paths, render_bundle
+from packcfg.launch.state import JobStore
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "tiny_cpu_sft_bridge.yaml"
@@ -237,6 +238,10 @@ out = os.environ["STANDIN_OUT"]
 args = sys.argv[1:]
 assert args[0] == "--recipe" and args[1] == "llama32_1b_sft_config", args
 assert all("=" in a and not a.startswith("-") for a in args[2:]), args
+# Bridge opens the packs at the path it is given, from its own working directory: so does the stand-in.
+packed = [a.split("=", 1)[1] for a in args[2:] if a.split("=", 1)[0].endswith(".packed_train_data_path")]
+assert packed and os.path.isfile(packed[0]), (packed, os.getcwd())
+print(f"stand-in rank {rank}: packs at {packed[0]}", flush=True)
 with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
     json.dump({"argv": sys.argv, "world": os.environ.get("WORLD_SIZE"), "cwd": os.getcwd(),
                "marker": os.environ.get("BRIDGE_MARKER")}, f)
@@ -274,39 +279,60 @@ def test_local_end_to_end_with_standin_entry(tmp_path: Path) -> None:
         assert Path(rec["cwd"]).resolve() == out.resolve()
 
 
-def test_nemo_run_local_executor_with_standin_entry(tmp_path: Path) -> None:
-    """The bundle's NeMo-Run driver on LocalExecutor: the data-prep task packs and verifies first, then
-    run.Script(stand-in, entrypoint="python") under launcher="torchrun" runs on 2 ranks with env_vars."""
-    pytest.importorskip("nemo_run")
+def _launch_standin(tmp_path: Path, backend: str, *args: str) -> tuple[Path, Path, Path, dict]:
+    """`packcfg launch` of the Bridge recipe with the stand-in entry: (bundle, state dir, recorded dir,
+    config)."""
     standin = tmp_path / "run_recipe.py"
     standin.write_text(STANDIN)
     recorded = tmp_path / "recorded"
     recorded.mkdir()
-    cfg = tmp_path / "exp.yaml"
     config = _config(recipe="llama32_1b_sft_config", script=str(standin))
-    config["launch"].update(device="cpu", backend="nemo-run", env={"BRIDGE_MARKER": "from-launch-env"})
-    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    out = tmp_path / "bundle"
-    run = _packcfg("render", str(cfg), "--out", str(out))
-    assert run.returncode == 0, run.stderr
-    env = {**os.environ, "STANDIN_OUT": str(recorded), "NEMORUN_HOME": str(out / "nemorun")}
-    proc = subprocess.run(
-        [sys.executable, "nemo_run_driver.py", "--executor", "local", "--result", str(tmp_path / "r.json")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=out,
-        timeout=400,
+    config["launch"].update(
+        device="cpu", backend=backend, env={"BRIDGE_MARKER": "from-launch-env", "STANDIN_OUT": str(recorded)}
     )
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    out, state = tmp_path / "bundle", tmp_path / "state"
+    proc = _packcfg("launch", str(cfg), "--out", str(out), "--state-dir", str(state), *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "r.json").read_text())
-    assert result["state"] == "SUCCEEDED"
-    assert (out / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet").is_file()
+    return out, state, recorded, config
+
+
+def _recorded_ranks(recorded: Path, config_overrides: list[str]) -> None:
     for r in (0, 1):
         rec = json.loads((recorded / f"rank{r}.json").read_text())
         assert rec["world"] == "2"
         assert rec["marker"] == "from-launch-env"
-        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *overrides(overlay(config, "0.3.1"))]
+        assert rec["argv"][1] == "--recipe" and rec["argv"][2] == "llama32_1b_sft_config"
+        assert rec["argv"][3:] == config_overrides
+
+
+def test_nemo_run_local_executor_with_standin_entry(tmp_path: Path) -> None:
+    """`packcfg launch --backend nemo-run --executor local`: the data-prep task packs and verifies first,
+    then run.Script(stand-in, entrypoint="python") under launcher="torchrun" runs on 2 ranks with
+    env_vars; `packcfg status` and `logs` then read the job through NeMo-Run's Experiment.from_id."""
+    pytest.importorskip("nemo_run")
+    out, state, recorded, config = _launch_standin(tmp_path, "nemo-run", "--executor", "local")
+    assert (out / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet").is_file()
+    store = JobStore(state)
+    (rec,) = store.all()
+    assert rec.status == "COMPLETED" and rec.native_state == "SUCCEEDED", rec
+    assert list(rec.extra["task_dirs"]) == ["data-prep", "train"]  # NeMo-Run's tasks, in run order
+    # Bridge is given the bundle's paths made absolute (NeMo-Run starts tasks outside the bundle).
+    _recorded_ranks(recorded, overrides(anchored_paths(overlay(config, "0.3.1"), out)))
+    # A record last seen mid-run: `status` asks NeMo-Run again (Experiment.from_id(...).status()).
+    rec.status, rec.native_state = "RUNNING", "RUNNING"
+    store.save(rec)
+    status = json.loads(_packcfg("status", rec.id, "--json", "--state-dir", str(state)).stdout)
+    assert status["status"] == "COMPLETED" and status["native_state"] == "SUCCEEDED", status
+    # `logs`: NeMo-Run's Experiment.logs(task) for each task, data prep first.
+    logs = _packcfg("logs", rec.id, "--state-dir", str(state))
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.index("==> NeMo-Run task data-prep") < logs.stdout.index("==> NeMo-Run task train")
+    assert "checked rows and source: ok" in logs.stdout  # packcfg verify ran in the data-prep task
+    assert "stand-in rank 0: packs at" in logs.stdout and "stand-in rank 1: packs at" in logs.stdout
+    cancel = _packcfg("cancel", rec.id, "--state-dir", str(state))
+    assert cancel.returncode == 0 and "already COMPLETED" in cancel.stdout
 
 
 def test_sbatch_4x8_passes_test_only(tmp_path: Path, slurm) -> None:
