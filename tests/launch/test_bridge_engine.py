@@ -386,3 +386,103 @@ def test_slurm_end_to_end_with_standin_entry(tmp_path: Path, slurm) -> None:
     log = "".join(p.read_text() for p in (out / "logs").glob("train-*.out"))
     # `packcfg verify` ran in the training job, before torchrun
     assert "checked rows and source: ok" in log
+
+
+def test_nemo_run_slurm_end_to_end_with_standin_entry(tmp_path: Path, slurm) -> None:
+    """NeMo-Run's SlurmExecutor on the CI Slurm: the data-prep task packs into the bundle, and the
+    training task, which NeMo-Run starts in `<job dir>/code`, still finds the packs (the stand-in opens
+    them, as Bridge would); status and logs come from NeMo-Run's Experiment.from_id."""
+    pytest.importorskip("nemo_run")
+    out, state, recorded, config = _launch_standin(tmp_path, "nemo-run", "--wait", "--timeout", "400")
+    (rec,) = JobStore(state).all()
+    assert rec.status == "COMPLETED" and rec.native_state == "SUCCEEDED", rec
+    assert rec.native_id and rec.pack_native_id and rec.native_id != rec.pack_native_id  # two Slurm jobs
+    _recorded_ranks(recorded, overrides(anchored_paths(overlay(config, "0.3.1"), out)))
+    cwd = json.loads((recorded / "rank0.json").read_text())["cwd"]
+    assert (
+        Path(cwd) == Path(rec.extra["task_dirs"]["train"]) / "code"
+    )  # not the bundle: why paths are absolute
+    logs = _packcfg("logs", rec.id, "--state-dir", str(state))
+    assert "checked rows and source: ok" in logs.stdout and "stand-in rank 1: packs at" in logs.stdout
+
+
+def test_nemo_run_slurm_cancel(tmp_path: Path, slurm) -> None:
+    """`packcfg cancel` of a NeMo-Run Slurm job goes through Experiment.from_id(...).cancel(task); the
+    job ends CANCELLED in Slurm's own accounting."""
+    pytest.importorskip("nemo_run")
+    config = yaml.safe_load((ROOT / "recipes" / "tiny_cpu_sft.yaml").read_text())
+    config["launch"].update(device="cpu", backend="nemo-run")
+    config["train"]["train_iters"] = 100000
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    state = tmp_path / "state"
+    proc = _packcfg("launch", str(cfg), "--out", str(tmp_path / "bundle"), "--state-dir", str(state))
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = JobStore(state).all()
+    out = _packcfg("cancel", rec.id, "--state-dir", str(state))
+    assert out.returncode == 0 and "CANCELLED" in out.stdout, out.stdout + out.stderr
+    sacct = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", str(rec.native_id), "-o", "State"], capture_output=True, text=True
+    )
+    assert sacct.stdout.startswith("CANCELLED"), sacct.stdout
+    assert (
+        json.loads(_packcfg("status", rec.id, "--json", "--state-dir", str(state)).stdout)["status"]
+        == "CANCELLED"
+    )
+
+
+def test_nemo_run_slurm_script_sees_bundle_paths(tmp_path: Path) -> None:
+    """The sbatch script NeMo-Run renders for engine bridge in a container: Bridge's packed paths and
+    checkpoint folder are absolute paths inside the bundle, the bundle is mounted at its own path, and the
+    data-prep task packs from the bundle; NeMo-Run's own working directory is its job folder's code/."""
+    pytest.importorskip("nemo_run")
+    config = _config(recipe="llama32_1b_sft_config")
+    config["launch"].update(backend="nemo-run", container_image="nvcr.io#nvidia/nemo:25.09")
+    out = tmp_path / "bundle"
+    render_bundle(config, directory=out).write(out)
+    env = {**os.environ, "NEMORUN_HOME": str(out / "nemorun")}
+    proc = subprocess.run(
+        [sys.executable, "nemo_run_driver.py", "--dryrun"], cwd=out, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (train,) = (out / "nemorun").rglob("train_sbatch.sh")
+    (prep,) = (out / "nemorun").rglob("data-prep_sbatch.sh")
+    srun = next(line for line in train.read_text().splitlines() if line.startswith("srun "))
+    words = shlex.split(srun)
+    mounts = words[words.index("--container-mounts") + 1].split(",")
+    assert f"{out}:{out}" in mounts
+    assert words[words.index("--container-workdir") + 1] == "/nemo_run/code"
+    specs = "dataset.packed_sequence_specs."
+    given = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+    assert given[specs + "packed_train_data_path"] == f"{out}/runs/tiny_cpu_sft_bridge/packed/train.parquet"
+    assert given[specs + "packed_metadata_path"] == f"{out}/runs/tiny_cpu_sft_bridge/packed/metadata.json"
+    assert given["checkpoint.save"] == f"{out}/runs/tiny_cpu_sft_bridge/checkpoints"
+    # the data-prep task runs `packcfg pack config.yaml` from the bundle: its relative paths land there
+    (script,) = (out / "nemorun").rglob("scripts/data-prep.sh")
+    assert f"cd {out} &&" in script.read_text() and "packcfg pack config.yaml" in script.read_text()
+    assert "data-prep.sh" in prep.read_text()
+    # local and Slurm bundles keep relative paths: their job runs in the bundle folder
+    config["launch"]["backend"] = "slurm"
+    slurm_bundle = render_bundle(config, directory=out)
+    assert f"{specs}packed_train_data_path=runs/tiny_cpu_sft_bridge/packed/train.parquet" in (
+        slurm_bundle.files["sbatch.sh"].decode()
+    )
+
+
+def test_anchored_paths_leaves_ids_and_absolute_paths() -> None:
+    data = {
+        "dataset": {
+            "dataset_root": "data",
+            "packed_sequence_specs": {"packed_train_data_path": "p/t.parquet"},
+        },
+        "tokenizer": {"tokenizer_model": "meta-llama/Llama-3.2-1B"},
+        "checkpoint": {"save": "/abs/ckpt", "load": "s3://bucket/ckpt", "save_interval": 20},
+        "train": {"train_iters": 4},
+    }
+    got = anchored_paths(data, Path("/b"))
+    assert got["dataset"] == {
+        "dataset_root": "/b/data",
+        "packed_sequence_specs": {"packed_train_data_path": "/b/p/t.parquet"},
+    }
+    assert got["tokenizer"]["tokenizer_model"] == "meta-llama/Llama-3.2-1B"  # may be a hub id
+    assert got["checkpoint"] == data["checkpoint"] and got["train"] == data["train"]
