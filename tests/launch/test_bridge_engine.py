@@ -33,9 +33,13 @@ def _config(**bridge) -> dict:
     return config
 
 
-def _packcfg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def _packcfg(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "packcfg", *args], capture_output=True, text=True, cwd=cwd or ROOT
+        [sys.executable, "-m", "packcfg", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -231,7 +235,7 @@ def test_sbatch_4x8_line_by_line() -> None:
 
 
 STANDIN = """\
-import json, os, sys
+import json, os, socket, sys
 rank = os.environ.get("RANK", "?")
 out = os.environ["STANDIN_OUT"]
 # what run_recipe.py v0.3.1's parse_known_args would see
@@ -244,7 +248,7 @@ assert packed and os.path.isfile(packed[0]), (packed, os.getcwd())
 print(f"stand-in rank {rank}: packs at {packed[0]}", flush=True)
 with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
     json.dump({"argv": sys.argv, "world": os.environ.get("WORLD_SIZE"), "cwd": os.getcwd(),
-               "marker": os.environ.get("BRIDGE_MARKER")}, f)
+               "marker": os.environ.get("BRIDGE_MARKER"), "host": socket.gethostname()}, f)
 """
 
 
@@ -279,9 +283,11 @@ def test_local_end_to_end_with_standin_entry(tmp_path: Path) -> None:
         assert Path(rec["cwd"]).resolve() == out.resolve()
 
 
-def _launch_standin(tmp_path: Path, backend: str, *args: str) -> tuple[Path, Path, Path, dict]:
+def _launch_standin(
+    tmp_path: Path, backend: str, *args: str, launch: dict | None = None, env: dict | None = None
+) -> tuple[Path, Path, Path, dict]:
     """`packcfg launch` of the Bridge recipe with the stand-in entry: (bundle, state dir, recorded dir,
-    config)."""
+    config). `launch`: more launch settings; `env`: the environment packcfg runs in."""
     standin = tmp_path / "run_recipe.py"
     standin.write_text(STANDIN)
     recorded = tmp_path / "recorded"
@@ -290,10 +296,13 @@ def _launch_standin(tmp_path: Path, backend: str, *args: str) -> tuple[Path, Pat
     config["launch"].update(
         device="cpu", backend=backend, env={"BRIDGE_MARKER": "from-launch-env", "STANDIN_OUT": str(recorded)}
     )
+    config["launch"].update(launch or {})
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(config, sort_keys=False))
     out, state = tmp_path / "bundle", tmp_path / "state"
-    proc = _packcfg("launch", str(cfg), "--out", str(out), "--state-dir", str(state), *args, cwd=tmp_path)
+    proc = _packcfg(
+        "launch", str(cfg), "--out", str(out), "--state-dir", str(state), *args, cwd=tmp_path, env=env
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return out, state, recorded, config
 
