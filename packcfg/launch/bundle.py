@@ -483,7 +483,7 @@ def render_bundle(
     from packcfg.resources import bundled_dir
 
     spec = launch_spec(config, backend, engine)
-    bridge_data = bridge_args = None
+    bridge_data = bridge_args = bridge_npy = None
     if spec.engine == "bridge":
         from packcfg.launch import bridge as _bridge
 
@@ -494,6 +494,9 @@ def render_bundle(
             bridge_data = anchored_paths(bridge_data, directory)
             overlay_file = str(directory / _bridge.OVERLAY)
         bridge_args = _bridge.command_args(spec.bridge, bridge_data, overlay_file)
+        specs = (bridge_data.get("dataset") or {}).get("packed_sequence_specs")
+        if spec.bridge.version == "0.3.1" and isinstance(specs, Mapping) and packed_data_path(config):
+            bridge_npy = str(specs["packed_train_data_path"])
     digest = config_hash(config)
     packed = packed_data_path(config)
     derived = derived_mounts(config, spec)
@@ -513,6 +516,8 @@ def render_bundle(
         "sbatch_chdir": chdir if chdir is not None and _CHDIR.match(chdir) else None,
         "lib": PACKCFG_LIB,
         "bridge_args": bridge_args,
+        # Bridge 0.3.1's .npy copy of the training packs (None: Bridge reads the Parquet itself).
+        "bridge_npy": bridge_npy,
         # NeMo-Run: run.Script(path=script, args=the rest); literal launch.env values as env_vars
         # (a `${NAME}` reference or env_from name is passed from the submitting environment, unwritten).
         "bridge_script": bridge_args[0] if bridge_args else None,

@@ -364,6 +364,6 @@ def write_bridge_npy(parquet: Path, out: Path, *, force: bool = False) -> Path:
     ]
     data = np.empty(len(rows), dtype=object)
     data[:] = rows
-    with atomic_path(out, inputs=[parquet], force=force) as tmp, open(tmp, "wb") as fh:
+    with atomic_path(out, inputs=[parquet], force=force, what="--bridge-npy") as tmp, open(tmp, "wb") as fh:
         np.save(fh, data, allow_pickle=True)  # a file object: np.save would add ".npy" to a path
     return out

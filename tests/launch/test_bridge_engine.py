@@ -111,10 +111,10 @@ def test_overlay_keeps_packcfg_sections_out_and_uses_031_packing_spelling() -> N
     assert "recipe" not in data and "launch" not in data
     assert "offline_packing_specs" not in data["dataset"] and "enable_offline_packing" not in data["dataset"]
     specs = data["dataset"]["packed_sequence_specs"]
-    assert (
-        specs["packed_train_data_path"]
-        == config["dataset"]["offline_packing_specs"]["packed_train_data_path"]
-    )
+    # 0.3.1 reads packs only as .npy: it is given the Parquet's .npy sibling, which the data prep writes
+    assert config["dataset"]["offline_packing_specs"]["packed_train_data_path"].endswith("/train.parquet")
+    assert specs["packed_train_data_path"] == "runs/tiny_cpu_sft_bridge/packed/train.npy"
+    assert specs["packed_metadata_path"] == config["dataset"]["offline_packing_specs"]["packed_metadata_path"]
     # `@packcfg/...` is made absolute: Bridge does not know packcfg's bundled files.
     assert Path(data["tokenizer"]["tokenizer_model"]).is_absolute()
     head = overlay(config, "head")
@@ -463,17 +463,21 @@ def test_nemo_run_slurm_script_sees_bundle_paths(tmp_path: Path) -> None:
     assert words[words.index("--container-workdir") + 1] == "/nemo_run/code"
     specs = "dataset.packed_sequence_specs."
     given = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
-    assert given[specs + "packed_train_data_path"] == f"{out}/runs/tiny_cpu_sft_bridge/packed/train.parquet"
+    npy = f"{out}/runs/tiny_cpu_sft_bridge/packed/train.npy"  # Bridge 0.3.1 reads packs only as .npy
+    assert given[specs + "packed_train_data_path"] == npy
     assert given[specs + "packed_metadata_path"] == f"{out}/runs/tiny_cpu_sft_bridge/packed/metadata.json"
     assert given["checkpoint.save"] == f"{out}/runs/tiny_cpu_sft_bridge/checkpoints"
     # the data-prep task runs `packcfg pack config.yaml` from the bundle: its relative paths land there
     (script,) = (out / "nemorun").rglob("scripts/data-prep.sh")
-    assert f"cd {out} &&" in script.read_text() and "packcfg pack config.yaml" in script.read_text()
+    prep_script = script.read_text()
+    assert f"cd {out} &&" in prep_script and "packcfg pack config.yaml" in prep_script
+    # ...and after `packcfg verify`, writes the .npy Bridge is given
+    assert prep_script.index("packcfg verify config.yaml") < prep_script.index(f"--bridge-npy {npy}")
     assert "data-prep.sh" in prep.read_text()
     # local and Slurm bundles keep relative paths: their job runs in the bundle folder
     config["launch"]["backend"] = "slurm"
     slurm_bundle = render_bundle(config, directory=out)
-    assert f"{specs}packed_train_data_path=runs/tiny_cpu_sft_bridge/packed/train.parquet" in (
+    assert f"{specs}packed_train_data_path=runs/tiny_cpu_sft_bridge/packed/train.npy" in (
         slurm_bundle.files["sbatch.sh"].decode()
     )
 

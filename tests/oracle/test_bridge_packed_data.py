@@ -5,8 +5,8 @@ Found (megatron-bridge 0.3.1, src/megatron/bridge/data/datasets/): 0.3.1 reads p
 the unpacked JSONL reader (`GPTSFTDataset`). Packed Parquet is read from 0.4.0 on
 (`datasets/packed_parquet.py`, `GPTSFTPackedParquetDataset`). The first two tests pin that boundary.
 
-The rows themselves are Bridge's: `packcfg.packing.writer.write_bridge_npy` writes packcfg's Parquet again as
-0.3.1's object-array `.npy`. 0.3.1's own `GPTSFTPackedDataset` and `collate_fn` read it, and every pack must
+The rows themselves are Bridge's: `packcfg pack --bridge-npy` (`packcfg.packing.writer.write_bridge_npy`) writes
+packcfg's Parquet again as 0.3.1's object-array `.npy`. 0.3.1's own `GPTSFTPackedDataset` and `collate_fn` read it, and every pack must
 give exactly the tokens, labels, loss mask, position ids and cu_seqlens that packcfg's executor builds
 from the Parquet (`PackedParquet` + `build_micro_batch`). The control runs packcfg's side with
 `Faults(mask_across_samples=True)` and `Faults(no_position_reset=True)`, and each must then differ.
@@ -31,10 +31,12 @@ TINY = ROOT / "recipes" / "tiny_cpu_sft.yaml"
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Path:
-    """`packcfg pack` of the tiny CPU recipe (512-token packs), run from a fresh folder."""
+    """`packcfg pack --bridge-npy` of the tiny CPU recipe (512-token packs), run from a fresh folder: the
+    Parquet and metadata, and the packs again as `train.npy` (what an engine-bridge job's data prep runs)."""
     folder = tmp_path_factory.mktemp("pack")
+    npy = folder / "runs" / "tiny_cpu_sft" / "packed" / "train.npy"
     proc = subprocess.run(
-        [sys.executable, "-m", "packcfg", "pack", str(TINY), "-q"],
+        [sys.executable, "-m", "packcfg", "pack", str(TINY), "-q", "--bridge-npy", str(npy)],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -123,10 +125,8 @@ def _differences(bridge_batches: list, ours: list) -> list[str]:
     return out
 
 
-def test_031_reads_packcfg_packs_written_as_npy(sft, packed: Path, tmp_path: Path) -> None:
-    from packcfg.packing.writer import write_bridge_npy
-
-    npy = write_bridge_npy(packed / "train.parquet", tmp_path / "train.npy")
+def test_031_reads_packcfg_packs_written_as_npy(sft, packed: Path) -> None:
+    npy = packed / "train.npy"
     bridge_batches = _bridge_batches(sft, npy, packed / "metadata.json", _eos())
     ours = _packcfg_batches(packed / "train.parquet")
     assert len(bridge_batches) == len(ours)
