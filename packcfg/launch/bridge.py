@@ -108,7 +108,10 @@ def overlay(config: Mapping[str, Any], version: str = "head") -> dict[str, Any]:
     made absolute (the bundle's vendored copy is not where Bridge runs). For Bridge 0.3.1 the packing
     specs take that version's spelling: `dataset.packed_sequence_specs` (a PackedSequenceSpecs,
     v0.3.1:src/megatron/bridge/data/datasets/packed_sequence.py), and `enable_offline_packing`, which
-    0.3.1's FinetuningDatasetConfig does not have, is left out (packs are used when the specs name them)."""
+    0.3.1's FinetuningDatasetConfig does not have, is left out (packs are used when the specs name them).
+    0.3.1 reads packed data only as `.npy` (its PackedSequenceSpecs asserts the suffix; a `.parquet` path
+    reaches its unpacked JSONL reader), so its training path is the Parquet's `.npy` sibling
+    (`bridge_npy_path`), which the job's data prep writes with `packcfg pack --bridge-npy`."""
     from packcfg.resources import BUNDLED_PREFIX, resolve_path
 
     def walk(node: Any) -> Any:
@@ -129,10 +132,21 @@ def overlay(config: Mapping[str, Any], version: str = "head") -> dict[str, Any]:
             renamed: dict[str, Any] = {}
             for key, value in dataset.items():
                 renamed[key] = value
+            if isinstance(specs, dict) and specs.get("packed_train_data_path"):
+                specs = {
+                    **specs,
+                    "packed_train_data_path": bridge_npy_path(str(specs["packed_train_data_path"])),
+                }
             renamed["packed_sequence_specs"] = specs
             dataset.clear()
             dataset.update(renamed)
     return out
+
+
+def bridge_npy_path(parquet: str) -> str:
+    """Where Bridge 0.3.1 is given the packs of `parquet`: the same name with the suffix `.npy`."""
+    stem, dot, suffix = parquet.rpartition(".")
+    return f"{stem}.npy" if dot and suffix in ("parquet", "pq") and "/" not in suffix else f"{parquet}.npy"
 
 
 def _value(value: Any) -> str:
@@ -172,10 +186,11 @@ def overrides(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def command_args(spec: BridgeSpec, data: Mapping[str, Any]) -> list[str]:
-    """The words after `torchrun <options>`: the script and its arguments, as run_recipe.py takes them."""
+def command_args(spec: BridgeSpec, data: Mapping[str, Any], overlay_file: str | None = None) -> list[str]:
+    """The words after `torchrun <options>`: the script and its arguments, as run_recipe.py takes them.
+    `overlay_file`: where an `entry` script finds the overlay (default: in its working directory)."""
     if spec.entry:
-        return [spec.entry, "--config-file", OVERLAY]
+        return [spec.entry, "--config-file", overlay_file or OVERLAY]
     _, step_flag = VERSIONS[spec.version]
     args = [spec.script, "--recipe", spec.recipe or ""]
     if spec.mode:

@@ -377,6 +377,34 @@ def derived_mounts(config: Mapping[str, Any], spec: LaunchSpec) -> list[str]:
     return out
 
 
+def anchored_paths(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """`data` with each relative path under a path key (as `derived_mounts` finds them) made absolute
+    under `base`, the bundle folder. For NeMo-Run's SlurmExecutor, which starts every task in its own
+    `<job dir>/code` folder (`srun --chdir`, or `--container-workdir /nemo_run/code` in a container;
+    nemo_run 0.11.1 `core/execution/slurm.py`), where the bundle-relative paths local and Slurm jobs use
+    would not resolve; the bundle is mounted at its own path, so the absolute ones do. A relative
+    `tokenizer_model` stays as it is: it may be a Hugging Face model id."""
+
+    def walk(node: Any, key: str, in_section: bool) -> Any:
+        if isinstance(node, Mapping):
+            return {str(k): walk(v, str(k), in_section) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, key, in_section) for v in node]
+        if (
+            in_section
+            and isinstance(node, str)
+            and node
+            and _PATH_KEY.search(key)
+            and key != "tokenizer_model"
+            and not node.startswith("/")
+            and "://" not in node
+        ):
+            return str(base / node)
+        return node
+
+    return {str(k): walk(v, str(k), str(k) in _PATH_SECTIONS) for k, v in data.items()}
+
+
 def container_args(spec: LaunchSpec, mounts: Sequence[str] | None = None) -> list[str]:
     """srun's pyxis flags, each one shell word (quoted here); the bundle is mounted at its own path
     because the job runs from it."""
@@ -455,12 +483,20 @@ def render_bundle(
     from packcfg.resources import bundled_dir
 
     spec = launch_spec(config, backend, engine)
-    bridge_data = bridge_args = None
+    bridge_data = bridge_args = bridge_npy = None
     if spec.engine == "bridge":
         from packcfg.launch import bridge as _bridge
 
         bridge_data = _bridge.overlay(config, spec.bridge.version)
-        bridge_args = _bridge.command_args(spec.bridge, bridge_data)
+        overlay_file = None
+        if spec.backend == "nemo-run" and directory is not None:
+            # NeMo-Run runs Bridge outside the bundle folder: see anchored_paths.
+            bridge_data = anchored_paths(bridge_data, directory)
+            overlay_file = str(directory / _bridge.OVERLAY)
+        bridge_args = _bridge.command_args(spec.bridge, bridge_data, overlay_file)
+        specs = (bridge_data.get("dataset") or {}).get("packed_sequence_specs")
+        if spec.bridge.version == "0.3.1" and isinstance(specs, Mapping) and packed_data_path(config):
+            bridge_npy = str(specs["packed_train_data_path"])
     digest = config_hash(config)
     packed = packed_data_path(config)
     derived = derived_mounts(config, spec)
@@ -480,6 +516,8 @@ def render_bundle(
         "sbatch_chdir": chdir if chdir is not None and _CHDIR.match(chdir) else None,
         "lib": PACKCFG_LIB,
         "bridge_args": bridge_args,
+        # Bridge 0.3.1's .npy copy of the training packs (None: Bridge reads the Parquet itself).
+        "bridge_npy": bridge_npy,
         # NeMo-Run: run.Script(path=script, args=the rest); literal launch.env values as env_vars
         # (a `${NAME}` reference or env_from name is passed from the submitting environment, unwritten).
         "bridge_script": bridge_args[0] if bridge_args else None,

@@ -497,6 +497,14 @@ def log_paths(record: JobRecord) -> list[Path]:
     return [Path(p) for p in be.log_paths(record)]
 
 
+def read_logs(record: JobRecord) -> str | None:
+    """The job's logs as its backend's own tool prints them (NeMo-Run's `Experiment.logs`), or None
+    when the backend has no such tool and its log files are the logs."""
+    be = _backend(record.backend, record.extra.get("executor", "slurm"))
+    reader = getattr(be, "read_logs", None)
+    return reader(record) if reader is not None else None
+
+
 def follow(store: JobStore, record: JobRecord, out: TextIO = sys.stdout, interval: float = 1.0) -> JobRecord:
     """Print the job's logs as they grow until the job is finished (`packcfg logs -f`)."""
     offsets: dict[Path, int] = {}

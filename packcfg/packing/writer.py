@@ -376,3 +376,22 @@ def iter_packed(
             cols[c] = (vals, offs)
         for i in range(rb.num_rows):
             yield {c: v[o[i] : o[i + 1]] for c, (v, o) in cols.items()}
+
+
+def write_bridge_npy(parquet: Path, out: Path, *, force: bool = False) -> Path:
+    """Write a packed Parquet again as Megatron Bridge 0.3.1's packed file, the only packed input 0.3.1
+    accepts (its `PackedSequenceSpecs` asserts a `.npy` suffix; Parquet is read from 0.4.0 on, by
+    `GPTSFTPackedParquetDataset`): a numpy object array of one dict per pack with `input_ids`,
+    `loss_mask` and `seq_start_id` lists, as 0.3.1's `fill_packing_strategy` builds it and its
+    `GPTSFTPackedDataset` loads it with `np.load(allow_pickle=True)` (megatron-bridge v0.3.1,
+    src/megatron/bridge/data/datasets/packing_utils.py and sft.py). The format is a pickle: packcfg
+    writes it for Bridge and never reads one back."""
+    rows = [
+        {key: row[key].astype(np.int64).tolist() for key in ("input_ids", "loss_mask", "seq_start_id")}
+        for row in iter_packed(parquet)
+    ]
+    data = np.empty(len(rows), dtype=object)
+    data[:] = rows
+    with atomic_path(out, inputs=[parquet], force=force, what="--bridge-npy") as tmp, open(tmp, "wb") as fh:
+        np.save(fh, data, allow_pickle=True)  # a file object: np.save would add ".npy" to a path
+    return out

@@ -19,7 +19,8 @@ import yaml
 
 from packcfg.launch import LaunchError
 from packcfg.launch.bridge import bridge_spec, command_args, overlay, overrides
-from packcfg.launch.bundle import render_bundle
+from packcfg.launch.bundle import anchored_paths, render_bundle
+from packcfg.launch.state import JobStore
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "tiny_cpu_sft_bridge.yaml"
@@ -32,9 +33,13 @@ def _config(**bridge) -> dict:
     return config
 
 
-def _packcfg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def _packcfg(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "packcfg", *args], capture_output=True, text=True, cwd=cwd or ROOT
+        [sys.executable, "-m", "packcfg", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -106,10 +111,10 @@ def test_overlay_keeps_packcfg_sections_out_and_uses_031_packing_spelling() -> N
     assert "recipe" not in data and "launch" not in data
     assert "offline_packing_specs" not in data["dataset"] and "enable_offline_packing" not in data["dataset"]
     specs = data["dataset"]["packed_sequence_specs"]
-    assert (
-        specs["packed_train_data_path"]
-        == config["dataset"]["offline_packing_specs"]["packed_train_data_path"]
-    )
+    # 0.3.1 reads packs only as .npy: it is given the Parquet's .npy sibling, which the data prep writes
+    assert config["dataset"]["offline_packing_specs"]["packed_train_data_path"].endswith("/train.parquet")
+    assert specs["packed_train_data_path"] == "runs/tiny_cpu_sft_bridge/packed/train.npy"
+    assert specs["packed_metadata_path"] == config["dataset"]["offline_packing_specs"]["packed_metadata_path"]
     # `@packcfg/...` is made absolute: Bridge does not know packcfg's bundled files.
     assert Path(data["tokenizer"]["tokenizer_model"]).is_absolute()
     head = overlay(config, "head")
@@ -230,16 +235,20 @@ def test_sbatch_4x8_line_by_line() -> None:
 
 
 STANDIN = """\
-import json, os, sys
+import json, os, socket, sys
 rank = os.environ.get("RANK", "?")
 out = os.environ["STANDIN_OUT"]
 # what run_recipe.py v0.3.1's parse_known_args would see
 args = sys.argv[1:]
 assert args[0] == "--recipe" and args[1] == "llama32_1b_sft_config", args
 assert all("=" in a and not a.startswith("-") for a in args[2:]), args
+# Bridge opens the packs at the path it is given, from its own working directory: so does the stand-in.
+packed = [a.split("=", 1)[1] for a in args[2:] if a.split("=", 1)[0].endswith(".packed_train_data_path")]
+assert packed and os.path.isfile(packed[0]), (packed, os.getcwd())
+print(f"stand-in rank {rank}: packs at {packed[0]}", flush=True)
 with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
     json.dump({"argv": sys.argv, "world": os.environ.get("WORLD_SIZE"), "cwd": os.getcwd(),
-               "marker": os.environ.get("BRIDGE_MARKER")}, f)
+               "marker": os.environ.get("BRIDGE_MARKER"), "host": socket.gethostname()}, f)
 """
 
 
@@ -274,39 +283,65 @@ def test_local_end_to_end_with_standin_entry(tmp_path: Path) -> None:
         assert Path(rec["cwd"]).resolve() == out.resolve()
 
 
-def test_nemo_run_local_executor_with_standin_entry(tmp_path: Path) -> None:
-    """The bundle's NeMo-Run driver on LocalExecutor: the data-prep task packs and verifies first, then
-    run.Script(stand-in, entrypoint="python") under launcher="torchrun" runs on 2 ranks with env_vars."""
-    pytest.importorskip("nemo_run")
+def _launch_standin(
+    tmp_path: Path, backend: str, *args: str, launch: dict | None = None, env: dict | None = None
+) -> tuple[Path, Path, Path, dict]:
+    """`packcfg launch` of the Bridge recipe with the stand-in entry: (bundle, state dir, recorded dir,
+    config). `launch`: more launch settings; `env`: the environment packcfg runs in."""
     standin = tmp_path / "run_recipe.py"
     standin.write_text(STANDIN)
     recorded = tmp_path / "recorded"
     recorded.mkdir()
-    cfg = tmp_path / "exp.yaml"
     config = _config(recipe="llama32_1b_sft_config", script=str(standin))
-    config["launch"].update(device="cpu", backend="nemo-run", env={"BRIDGE_MARKER": "from-launch-env"})
+    config["launch"].update(
+        device="cpu", backend=backend, env={"BRIDGE_MARKER": "from-launch-env", "STANDIN_OUT": str(recorded)}
+    )
+    config["launch"].update(launch or {})
+    cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    out = tmp_path / "bundle"
-    run = _packcfg("render", str(cfg), "--out", str(out))
-    assert run.returncode == 0, run.stderr
-    env = {**os.environ, "STANDIN_OUT": str(recorded), "NEMORUN_HOME": str(out / "nemorun")}
-    proc = subprocess.run(
-        [sys.executable, "nemo_run_driver.py", "--executor", "local", "--result", str(tmp_path / "r.json")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=out,
-        timeout=400,
+    out, state = tmp_path / "bundle", tmp_path / "state"
+    proc = _packcfg(
+        "launch", str(cfg), "--out", str(out), "--state-dir", str(state), *args, cwd=tmp_path, env=env
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "r.json").read_text())
-    assert result["state"] == "SUCCEEDED"
-    assert (out / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet").is_file()
+    return out, state, recorded, config
+
+
+def _recorded_ranks(recorded: Path, config_overrides: list[str]) -> None:
     for r in (0, 1):
         rec = json.loads((recorded / f"rank{r}.json").read_text())
         assert rec["world"] == "2"
         assert rec["marker"] == "from-launch-env"
-        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *overrides(overlay(config, "0.3.1"))]
+        assert rec["argv"][1] == "--recipe" and rec["argv"][2] == "llama32_1b_sft_config"
+        assert rec["argv"][3:] == config_overrides
+
+
+def test_nemo_run_local_executor_with_standin_entry(tmp_path: Path) -> None:
+    """`packcfg launch --backend nemo-run --executor local`: the data-prep task packs and verifies first,
+    then run.Script(stand-in, entrypoint="python") under launcher="torchrun" runs on 2 ranks with
+    env_vars; `packcfg status` and `logs` then read the job through NeMo-Run's Experiment.from_id."""
+    pytest.importorskip("nemo_run")
+    out, state, recorded, config = _launch_standin(tmp_path, "nemo-run", "--executor", "local")
+    assert (out / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet").is_file()
+    store = JobStore(state)
+    (rec,) = store.all()
+    assert rec.status == "COMPLETED" and rec.native_state == "SUCCEEDED", rec
+    assert list(rec.extra["task_dirs"]) == ["data-prep", "train"]  # NeMo-Run's tasks, in run order
+    # Bridge is given the bundle's paths made absolute (NeMo-Run starts tasks outside the bundle).
+    _recorded_ranks(recorded, overrides(anchored_paths(overlay(config, "0.3.1"), out)))
+    # A record last seen mid-run: `status` asks NeMo-Run again (Experiment.from_id(...).status()).
+    rec.status, rec.native_state = "RUNNING", "RUNNING"
+    store.save(rec)
+    status = json.loads(_packcfg("status", rec.id, "--json", "--state-dir", str(state)).stdout)
+    assert status["status"] == "COMPLETED" and status["native_state"] == "SUCCEEDED", status
+    # `logs`: NeMo-Run's Experiment.logs(task) for each task, data prep first.
+    logs = _packcfg("logs", rec.id, "--state-dir", str(state))
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.index("==> NeMo-Run task data-prep") < logs.stdout.index("==> NeMo-Run task train")
+    assert "checked rows and source: ok" in logs.stdout  # packcfg verify ran in the data-prep task
+    assert "stand-in rank 0: packs at" in logs.stdout and "stand-in rank 1: packs at" in logs.stdout
+    cancel = _packcfg("cancel", rec.id, "--state-dir", str(state))
+    assert cancel.returncode == 0 and "already COMPLETED" in cancel.stdout
 
 
 def test_sbatch_4x8_passes_test_only(tmp_path: Path, slurm) -> None:
@@ -360,3 +395,107 @@ def test_slurm_end_to_end_with_standin_entry(tmp_path: Path, slurm) -> None:
     log = "".join(p.read_text() for p in (out / "logs").glob("train-*.out"))
     # `packcfg verify` ran in the training job, before torchrun
     assert "checked rows and source: ok" in log
+
+
+def test_nemo_run_slurm_end_to_end_with_standin_entry(tmp_path: Path, slurm) -> None:
+    """NeMo-Run's SlurmExecutor on the CI Slurm: the data-prep task packs into the bundle, and the
+    training task, which NeMo-Run starts in `<job dir>/code`, still finds the packs (the stand-in opens
+    them, as Bridge would); status and logs come from NeMo-Run's Experiment.from_id."""
+    pytest.importorskip("nemo_run")
+    out, state, recorded, config = _launch_standin(tmp_path, "nemo-run", "--wait", "--timeout", "400")
+    (rec,) = JobStore(state).all()
+    assert rec.status == "COMPLETED" and rec.native_state == "SUCCEEDED", rec
+    assert rec.native_id and rec.pack_native_id and rec.native_id != rec.pack_native_id  # two Slurm jobs
+    _recorded_ranks(recorded, overrides(anchored_paths(overlay(config, "0.3.1"), out)))
+    cwd = json.loads((recorded / "rank0.json").read_text())["cwd"]
+    assert (
+        Path(cwd) == Path(rec.extra["task_dirs"]["train"]) / "code"
+    )  # not the bundle: why paths are absolute
+    logs = _packcfg("logs", rec.id, "--state-dir", str(state))
+    assert "checked rows and source: ok" in logs.stdout and "stand-in rank 1: packs at" in logs.stdout
+
+
+def test_nemo_run_slurm_cancel(tmp_path: Path, slurm) -> None:
+    """`packcfg cancel` of a NeMo-Run Slurm job goes through Experiment.from_id(...).cancel(task); the
+    job ends CANCELLED in Slurm's own accounting."""
+    pytest.importorskip("nemo_run")
+    config = yaml.safe_load((ROOT / "recipes" / "tiny_cpu_sft.yaml").read_text())
+    config["launch"].update(device="cpu", backend="nemo-run")
+    config["train"]["train_iters"] = 100000
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    state = tmp_path / "state"
+    proc = _packcfg("launch", str(cfg), "--out", str(tmp_path / "bundle"), "--state-dir", str(state))
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = JobStore(state).all()
+    out = _packcfg("cancel", rec.id, "--state-dir", str(state))
+    assert out.returncode == 0 and "CANCELLED" in out.stdout, out.stdout + out.stderr
+    sacct = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", str(rec.native_id), "-o", "State"], capture_output=True, text=True
+    )
+    assert sacct.stdout.startswith("CANCELLED"), sacct.stdout
+    assert (
+        json.loads(_packcfg("status", rec.id, "--json", "--state-dir", str(state)).stdout)["status"]
+        == "CANCELLED"
+    )
+
+
+def test_nemo_run_slurm_script_sees_bundle_paths(tmp_path: Path) -> None:
+    """The sbatch script NeMo-Run renders for engine bridge in a container: Bridge's packed paths and
+    checkpoint folder are absolute paths inside the bundle, the bundle is mounted at its own path, and the
+    data-prep task packs from the bundle; NeMo-Run's own working directory is its job folder's code/."""
+    pytest.importorskip("nemo_run")
+    config = _config(recipe="llama32_1b_sft_config")
+    config["launch"].update(backend="nemo-run", container_image="nvcr.io#nvidia/nemo:25.09")
+    out = tmp_path / "bundle"
+    render_bundle(config, directory=out).write(out)
+    env = {**os.environ, "NEMORUN_HOME": str(out / "nemorun")}
+    proc = subprocess.run(
+        [sys.executable, "nemo_run_driver.py", "--dryrun"], cwd=out, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (train,) = (out / "nemorun").rglob("train_sbatch.sh")
+    (prep,) = (out / "nemorun").rglob("data-prep_sbatch.sh")
+    srun = next(line for line in train.read_text().splitlines() if line.startswith("srun "))
+    words = shlex.split(srun)
+    mounts = words[words.index("--container-mounts") + 1].split(",")
+    assert f"{out}:{out}" in mounts
+    assert words[words.index("--container-workdir") + 1] == "/nemo_run/code"
+    specs = "dataset.packed_sequence_specs."
+    given = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+    npy = f"{out}/runs/tiny_cpu_sft_bridge/packed/train.npy"  # Bridge 0.3.1 reads packs only as .npy
+    assert given[specs + "packed_train_data_path"] == npy
+    assert given[specs + "packed_metadata_path"] == f"{out}/runs/tiny_cpu_sft_bridge/packed/metadata.json"
+    assert given["checkpoint.save"] == f"{out}/runs/tiny_cpu_sft_bridge/checkpoints"
+    # the data-prep task runs `packcfg pack config.yaml` from the bundle: its relative paths land there
+    (script,) = (out / "nemorun").rglob("scripts/data-prep.sh")
+    prep_script = script.read_text()
+    assert f"cd {out} &&" in prep_script and "packcfg pack config.yaml" in prep_script
+    # ...and after `packcfg verify`, writes the .npy Bridge is given
+    assert prep_script.index("packcfg verify config.yaml") < prep_script.index(f"--bridge-npy {npy}")
+    assert "data-prep.sh" in prep.read_text()
+    # local and Slurm bundles keep relative paths: their job runs in the bundle folder
+    config["launch"]["backend"] = "slurm"
+    slurm_bundle = render_bundle(config, directory=out)
+    assert f"{specs}packed_train_data_path=runs/tiny_cpu_sft_bridge/packed/train.npy" in (
+        slurm_bundle.files["sbatch.sh"].decode()
+    )
+
+
+def test_anchored_paths_leaves_ids_and_absolute_paths() -> None:
+    data = {
+        "dataset": {
+            "dataset_root": "data",
+            "packed_sequence_specs": {"packed_train_data_path": "p/t.parquet"},
+        },
+        "tokenizer": {"tokenizer_model": "meta-llama/Llama-3.2-1B"},
+        "checkpoint": {"save": "/abs/ckpt", "load": "s3://bucket/ckpt", "save_interval": 20},
+        "train": {"train_iters": 4},
+    }
+    got = anchored_paths(data, Path("/b"))
+    assert got["dataset"] == {
+        "dataset_root": "/b/data",
+        "packed_sequence_specs": {"packed_train_data_path": "/b/p/t.parquet"},
+    }
+    assert got["tokenizer"]["tokenizer_model"] == "meta-llama/Llama-3.2-1B"  # may be a hub id
+    assert got["checkpoint"] == data["checkpoint"] and got["train"] == data["train"]

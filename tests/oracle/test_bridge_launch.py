@@ -127,14 +127,12 @@ def test_overlay_loads_with_omegaconf(bundle: Path) -> None:
 
     overlay = OmegaConf.load(bundle / "bridge_overlay.yaml")
     assert "recipe" not in overlay and "launch" not in overlay
-    assert (
-        overlay.dataset.packed_sequence_specs.packed_train_data_path
-        == (
-            yaml.safe_load((bundle / "config.yaml").read_text())["dataset"]["offline_packing_specs"][
-                "packed_train_data_path"
-            ]
-        )
-    )
+    parquet = yaml.safe_load((bundle / "config.yaml").read_text())["dataset"]["offline_packing_specs"][
+        "packed_train_data_path"
+    ]
+    # Bridge 0.3.1 reads packs only as .npy (tests/oracle/test_bridge_packed_data.py): the Parquet's sibling
+    assert parquet.endswith("/train.parquet")
+    assert overlay.dataset.packed_sequence_specs.packed_train_data_path == parquet[: -len("parquet")] + "npy"
 
 
 def test_overrides_over_the_recipe_validate(bundle: Path, bridge) -> None:
@@ -156,7 +154,7 @@ def test_overrides_over_the_recipe_validate(bundle: Path, bridge) -> None:
         log.removeHandler(handler)
     assert handler.keys == [], f"Bridge skipped overrides it does not know: {handler.keys}"
     assert cfg.train.global_batch_size == 8
-    assert cfg.dataset.packed_sequence_specs.packed_train_data_path.endswith("train.parquet")
+    assert cfg.dataset.packed_sequence_specs.packed_train_data_path.endswith("train.npy")
     old = os.environ.get("WORLD_SIZE")
     os.environ["WORLD_SIZE"] = "2"
     try:

@@ -26,6 +26,10 @@ def run(args: argparse.Namespace) -> int:
         if args.follow:
             service.follow(store, record)
             return EXIT_OK
+        text = service.read_logs(record)
+        if text is not None:
+            sys.stdout.write(text)
+            return EXIT_OK
         paths = service.log_paths(record)
         shown = 0
         for path in paths:

@@ -30,6 +30,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="repack even if the output is up to date, and replace a packed file packcfg did not write",
     )
+    p.add_argument(
+        "--bridge-npy",
+        type=Path,
+        metavar="PATH",
+        help="also write the training packs as Megatron Bridge 0.3.1's .npy at PATH (0.3.1 reads packed "
+        "data only as .npy; Parquet from 0.4.0 on), also when the Parquet is up to date",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
 
 
@@ -61,4 +68,11 @@ def _run(args: argparse.Namespace) -> int:
                 f"up to date: {result.train_path} ({m['packs']:,} packs); use --force to repack",
                 file=sys.stdout,
             )
+    if args.bridge_npy is not None:
+        from packcfg.packing.writer import write_bridge_npy
+
+        with exit_on_signals():
+            write_bridge_npy(result.train_path, args.bridge_npy)
+        if not args.quiet:
+            print(f"wrote {args.bridge_npy} (Megatron Bridge 0.3.1 .npy)")
     return 0
