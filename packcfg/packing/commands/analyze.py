@@ -36,6 +36,7 @@ def _run(args: argparse.Namespace) -> int:
     from packcfg.packing.errors import PackingError
     from packcfg.packing.planner import ALGORITHMS
     from packcfg.packing.report import format_comparison, format_table, stats_rows, to_json, write_plot
+    from packcfg.packing.sources import TOKENIZED_FORMATS
 
     settings, config = resolve_settings(args, need_output=False)
     inputs = [settings.source, settings.tokenizer]
@@ -51,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     if gbs is not None and gbs <= 0:
         raise PackingError(f"--gbs must be > 0, got {gbs}")
     fmt = detect_format(settings.source)
-    sp = spool(settings.source, settings.tokenizer if fmt == "text" else None)
+    sp = spool(settings.source, settings.tokenizer if fmt in TOKENIZED_FORMATS else None)
     if args.compare:
         all_stats, times = [], []
         for algo in ALGORITHMS:
