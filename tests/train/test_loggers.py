@@ -142,3 +142,18 @@ def test_cli_stops_before_training_when_the_logger_package_is_missing(tmp_path):
         "pip install 'packcfg[wandb]'"
     ]
     assert not (tmp_path / "runs").exists()
+
+
+def test_wandb_without_login_stops_before_the_first_step(tmp_path, packed_file, monkeypatch):
+    """Online mode with no API key: one line saying so (and how to log offline), no step run."""
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_CONFIG_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc login
+    logger = {"wandb_project": "packcfg-test", "wandb_save_dir": str(tmp_path / "wb")}
+    with pytest.raises(ValueError) as err:
+        _train(tmp_path, packed_file, logger)
+    message = str(err.value)
+    assert message.startswith("logger.wandb_project packcfg-test: wandb could not start a run (No API key")
+    assert message.endswith("set WANDB_MODE=offline to log locally without an account")
+    assert "\n" not in message
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
