@@ -13,11 +13,12 @@ What matches whom:
 - The loss mask follows megatron-bridge (HEAD `data/conversation_processing.py`, `loss_mode="assistant"`):
   assistant turns only, their content and the end-of-turn token the template closes them with
   (`<|im_end|>`, `<|eot_id|>`: the model learns to stop); role headers, system, user and tool turns are not
-  trained on. Bridge finds the turn from `{% generation %}` blocks or known marker tokens; here from prefix
-  renders, which works for any template whose render of the first k messages is a prefix of the render of
-  all of them: turn k's content starts where the render of messages[:k] with `add_generation_prompt=True`
-  ends and stops where the render of messages[:k+1] ends, less trailing whitespace (ChatML's newline after
-  `<|im_end|>` is not a generated token). A template that rewrites earlier turns is refused, one line.
+  trained on. Bridge finds the turn from `{% generation %}` blocks or known marker tokens (and trims an empty
+  `<think></think>` wrapper); here from the render itself, for any template: each message's (stripped)
+  content is found in the render in message order, and the end-of-turn text is what the render of
+  messages[:k+1] writes after turn k's content, less trailing whitespace (ChatML's newline after `<|im_end|>`
+  is not generated). Wrappers a template adds around the content (Qwen3's empty think block) are context. A
+  template that rewrites the content is refused, one line, never masked wrongly.
 - EOS: Bridge v0.3.1 `_chat_preprocess` appended the tokenizer's EOS (supervised) when the render did not end
   with it; Bridge HEAD no longer does, the end-of-turn token is the stop. packcfg follows HEAD: the sample
   is the render, nothing appended.
@@ -168,20 +169,27 @@ def check_messages(path: Path, lineno: int, obj: dict[str, Any]) -> list[dict[st
 def assistant_spans(
     template: ChatTemplate, messages: list[dict[str, Any]], where: str
 ) -> tuple[str, list[tuple[int, int]]]:
-    """The full render and the character spans [start, end) of each assistant turn's trained text."""
+    """The full render and the character spans [start, end) of each assistant turn's trained text: the turn's
+    content as the render shows it, then the end-of-turn text the template writes right after it."""
     full = template.render(messages)
     spans = []
+    cursor = 0  # the render follows message order: each content is looked for after the previous one
     for k, m in enumerate(messages):
+        content = m["content"].strip()  # templates often trim (Llama 3's `| trim`)
+        pos = full.find(content, cursor) if content else -1
         if m["role"] != "assistant":
+            cursor = pos + len(content) if pos >= 0 else cursor  # a system prompt may be dropped or rewritten
             continue
-        head = template.render(messages[:k], add_generation_prompt=True)
-        upto = template.render(messages[: k + 1])
-        if not (upto.startswith(head) and full.startswith(upto)):
+        upto = template.render(messages[: k + 1]).rstrip()  # ends with this turn and its end-of-turn text
+        at = upto.rfind(content) if content else -1
+        suffix = upto[at + len(content) :] if at >= 0 else None
+        if pos < 0 or suffix is None or not full.startswith(suffix, pos + len(content)):
             raise PackingError(
-                f"{where}: messages[{k}]: the chat template ({template.source.name}) renders earlier turns "
-                "differently once later ones follow, so the assistant turn cannot be located"
+                f"{where}: messages[{k}]: the assistant content does not appear as written in the render of "
+                f"the chat template ({template.source.name}), so its loss mask cannot be placed"
             )
-        spans.append((len(head), len(upto.rstrip())))
+        cursor = pos + len(content) + len(suffix)
+        spans.append((pos, cursor))
     return full, spans
 
 

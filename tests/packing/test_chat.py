@@ -27,6 +27,15 @@ LLAMA3 = (
     "{{ m['content'] | trim }}{{ '<|eot_id|>' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
 )
+# Qwen3 style: an empty think block before the content of assistant turns after the last user message only
+QWEN3 = (
+    "{%- set ns = namespace(last=-1) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+    "{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' and loop.index0 > ns.last %}"
+    "{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' + m.content + '<|im_end|>\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}"
+)
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"]
 SPECIALS += ["<|eot_id|>"]
 
@@ -101,8 +110,8 @@ def supervised_text(tokenizer, ids: np.ndarray, label_mask: np.ndarray) -> list[
 
 @pytest.mark.parametrize(
     ("template", "as_file", "turn_end"),
-    [(CHATML, False, "<|im_end|>"), (LLAMA3, True, "<|eot_id|>")],
-    ids=["chatml-in-tokenizer-config", "llama3-chat_template.jinja"],
+    [(CHATML, False, "<|im_end|>"), (LLAMA3, True, "<|eot_id|>"), (QWEN3, True, "<|im_end|>")],
+    ids=["chatml-in-tokenizer-config", "llama3-chat_template.jinja", "qwen3-think-block"],
 )
 def test_ids_equal_transformers_and_mask_is_the_assistant_turns(tmp_path, template, as_file, turn_end):
     transformers = pytest.importorskip("transformers")
@@ -121,16 +130,16 @@ def test_ids_equal_transformers_and_mask_is_the_assistant_turns(tmp_path, templa
         assert supervised_text(hf, ids, np.roll(mask, 1)) != answers
 
 
-def test_control_a_template_without_the_prefix_property_is_refused(tmp_path):
-    """A template that renders earlier turns differently once later ones follow (here: drops every
-    assistant turn but the last) cannot be masked by prefix renders: one line, no silent wrong mask."""
+def test_control_a_template_that_drops_an_assistant_turn_is_refused(tmp_path):
+    """A template that does not show an assistant turn's content as written (here: drops every assistant
+    turn but the last) leaves nothing to place the mask on: one line, no silent wrong mask."""
     template = (
         "{% for m in messages %}{% if m['role'] != 'assistant' or loop.last %}"
         "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
     )
     folder = make_folder(tmp_path, template)
     data = write_rows(tmp_path / "chat.jsonl", [{"messages": CONVERSATIONS[1]}])
-    with pytest.raises(PackingError, match=r"chat\.jsonl:1: messages\[2\]: the chat template") as err:
+    with pytest.raises(PackingError, match=r"chat\.jsonl:1: messages\[2\]: the assistant content does not appear") as err:
         samples(data, folder)
     assert "\n" not in str(err.value)
 
