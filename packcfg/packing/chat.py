@@ -193,12 +193,10 @@ def assistant_spans(
     return full, spans
 
 
-def tokenize_chat(tokenizer: Any, template: ChatTemplate, messages: list[dict[str, Any]], where: str):
-    """(input ids, input-aligned mask: 1 on tokens that start inside an assistant span)."""
-    text, spans = assistant_spans(template, messages, where)
-    enc = tokenizer.encode(text, add_special_tokens=False)
-    starts = np.fromiter((s for s, _ in enc.offsets), dtype=np.int64, count=len(enc.ids))
-    mask = np.zeros(len(enc.ids), dtype=np.int8)
+def span_mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> np.ndarray:
+    """Input-aligned mask over tokens with these character offsets: 1 where a token starts inside a span."""
+    starts = np.fromiter((s for s, _ in offsets), dtype=np.int64, count=len(offsets))
+    mask = np.zeros(len(offsets), dtype=np.int8)
     for a, b in spans:
         mask[(starts >= a) & (starts < b)] = 1
-    return np.asarray(enc.ids, dtype=np.int32), mask
+    return mask
