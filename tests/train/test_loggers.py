@@ -66,6 +66,16 @@ def test_tensorboard_log_interval(tmp_path, packed_file):
     assert [e.step for e in events.Scalars("lm loss")] == [2, 4]
 
 
+@pytest.fixture
+def fresh_wandb():
+    """wandb keeps its settings (WANDB_MODE included) in a process-wide singleton from the first run on:
+    tear it down so each test's environment counts."""
+    wandb = pytest.importorskip("wandb")
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
 def _wandb_records(path: str):
     """The records of a W&B transaction log (`run-<id>.wandb`): a 7-byte header (":W&B", magic, version),
     then LevelDB-log framing (32 KiB blocks; per record crc32c, length, type: 1 full, 2 first, 3 middle,
@@ -94,7 +104,7 @@ def _wandb_records(path: str):
             yield pending + chunk
 
 
-def test_wandb_offline_history_has_the_loss(tmp_path, packed_file, monkeypatch):
+def test_wandb_offline_history_has_the_loss(tmp_path, packed_file, monkeypatch, fresh_wandb):
     from wandb.proto import wandb_internal_pb2
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -144,7 +154,7 @@ def test_cli_stops_before_training_when_the_logger_package_is_missing(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_wandb_without_login_stops_before_the_first_step(tmp_path, packed_file, monkeypatch):
+def test_wandb_without_login_stops_before_the_first_step(tmp_path, packed_file, monkeypatch, fresh_wandb):
     """Online mode with no API key: one line saying so (and how to log offline), no step run."""
     for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_CONFIG_DIR"):
         monkeypatch.delenv(name, raising=False)
