@@ -167,3 +167,34 @@ def test_wandb_without_login_stops_before_the_first_step(tmp_path, packed_file, 
     assert message.endswith("set WANDB_MODE=offline to log locally without an account")
     assert "\n" not in message
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_tensorboard_after_resume_shows_one_curve(tmp_path, packed_file):
+    """A run resumed from step 2 after logging steps 1..4: `purge_step` hides the old steps 3..4, so
+    TensorBoard shows each step once, with the values `metrics.jsonl` holds."""
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def run(resume: bool) -> list[dict]:
+        config = tiny_config(
+            train={"train_iters": STEPS},
+            checkpoint={"save": str(tmp_path / "ckpt"), "save_interval": 2},
+            logger={"tensorboard_dir": str(tmp_path / "tb")},
+            optimizer={"lr": 3e-2 if resume else 1e-2},  # the resumed steps differ from the first run's
+        )
+        options = TrainOptions(units=PackedParquet(packed_file), output_dir=tmp_path / "out", progress=False)
+        options.resume = resume
+        train(config, options)
+        return read_metrics(tmp_path / "out" / "metrics.jsonl")
+
+    first = run(resume=False)
+    shutil.rmtree(tmp_path / "ckpt" / f"iter_{STEPS:07d}")
+    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("2")
+    resumed = run(resume=True)
+    assert [m["step"] for m in resumed] == [1, 2, 3, 4] and resumed[3]["loss"] != first[3]["loss"]
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("lm loss")]
+    assert [s for s, _ in logged] == [1, 2, 3, 4]
+    assert [v for _, v in logged] == pytest.approx([m["loss"] for m in resumed], rel=1e-6)
