@@ -66,8 +66,13 @@ class ChatTemplate:
         import jinja2
 
         try:
+            # tools and documents are defined (None) as transformers defines them: templates test them
             return self.template.render(
-                messages=messages, add_generation_prompt=add_generation_prompt, **self.variables
+                messages=messages,
+                tools=None,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **self.variables,
             )
         except jinja2.TemplateError as exc:  # SecurityError, raise_exception(), undefined-variable misuse
             raise PackingError(f"{self.source}: chat template refused: {_one_line(exc)}") from None

@@ -36,6 +36,13 @@ QWEN3 = (
     "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}"
 )
+# ChatML with transformers' assistant-mask markers: rendered as their content
+CHATML_GENERATION = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}"
+    "{% generation %}{{ m['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
+    "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"]
 SPECIALS += ["<|eot_id|>"]
 
@@ -110,8 +117,13 @@ def supervised_text(tokenizer, ids: np.ndarray, label_mask: np.ndarray) -> list[
 
 @pytest.mark.parametrize(
     ("template", "as_file", "turn_end"),
-    [(CHATML, False, "<|im_end|>"), (LLAMA3, True, "<|eot_id|>"), (QWEN3, True, "<|im_end|>")],
-    ids=["chatml-in-tokenizer-config", "llama3-chat_template.jinja", "qwen3-think-block"],
+    [
+        (CHATML, False, "<|im_end|>"),
+        (LLAMA3, True, "<|eot_id|>"),
+        (QWEN3, True, "<|im_end|>"),
+        (CHATML_GENERATION, True, "<|im_end|>"),
+    ],
+    ids=["chatml-in-tokenizer-config", "llama3-chat_template.jinja", "qwen3-think-block", "generation-tags"],
 )
 def test_ids_equal_transformers_and_mask_is_the_assistant_turns(tmp_path, template, as_file, turn_end):
     transformers = pytest.importorskip("transformers")
@@ -126,6 +138,11 @@ def test_ids_equal_transformers_and_mask_is_the_assistant_turns(tmp_path, templa
         assert mask[-1] == 0  # label-aligned: the last position predicts nothing
         answers = [m["content"] + turn_end for m in conversation if m["role"] == "assistant"]
         assert supervised_text(hf, ids, mask) == answers
+        if "{% generation %}" in template:  # Bridge's preferred mask: transformers' assistant_masks, same tokens
+            hf_mask = hf.apply_chat_template(
+                conversation, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+            )["assistant_masks"]
+            assert np.flatnonzero(mask[:-1]).tolist() == (np.flatnonzero(hf_mask) - 1).tolist()
         # control: the same mask one position off (input-aligned, not label-aligned) fails this check
         assert supervised_text(hf, ids, np.roll(mask, 1)) != answers
 
@@ -139,7 +156,9 @@ def test_control_a_template_that_drops_an_assistant_turn_is_refused(tmp_path):
     )
     folder = make_folder(tmp_path, template)
     data = write_rows(tmp_path / "chat.jsonl", [{"messages": CONVERSATIONS[1]}])
-    with pytest.raises(PackingError, match=r"chat\.jsonl:1: messages\[2\]: the assistant content does not appear") as err:
+    with pytest.raises(
+        PackingError, match=r"chat\.jsonl:1: messages\[2\]: the assistant content does not appear"
+    ) as err:
         samples(data, folder)
     assert "\n" not in str(err.value)
 
