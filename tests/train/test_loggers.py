@@ -30,6 +30,11 @@ def packed_file(tmp_path_factory):
     return write_packed_parquet(path, greedy_packs(synthetic_samples(40, seed=3), 64))
 
 
+def _event_accumulator():
+    """TensorBoard's own reader of event files (the extra `tensorboard`, in `dev`)."""
+    return pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
+
+
 def _train(tmp_path: Path, packed_file: Path, logger: dict) -> list[dict]:
     config = tiny_config(train={"train_iters": STEPS}, logger=logger)
     out = tmp_path / "out"
@@ -38,7 +43,7 @@ def _train(tmp_path: Path, packed_file: Path, logger: dict) -> list[dict]:
 
 
 def test_tensorboard_events_equal_metrics_jsonl(tmp_path, packed_file):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    EventAccumulator = _event_accumulator()
 
     metrics = _train(tmp_path, packed_file, {"tensorboard_dir": str(tmp_path / "tb")})
     events = EventAccumulator(str(tmp_path / "tb"))
@@ -58,7 +63,7 @@ def test_tensorboard_events_equal_metrics_jsonl(tmp_path, packed_file):
 
 
 def test_tensorboard_log_interval(tmp_path, packed_file):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    EventAccumulator = _event_accumulator()
 
     _train(tmp_path, packed_file, {"tensorboard_dir": str(tmp_path / "tb"), "tensorboard_log_interval": 2})
     events = EventAccumulator(str(tmp_path / "tb"))
@@ -105,8 +110,7 @@ def _wandb_records(path: str):
 
 
 def test_wandb_offline_history_has_the_loss(tmp_path, packed_file, monkeypatch, fresh_wandb):
-    from wandb.proto import wandb_internal_pb2
-
+    wandb_internal_pb2 = pytest.importorskip("wandb.proto.wandb_internal_pb2")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     logger = {"wandb_project": "packcfg-test", "wandb_save_dir": str(tmp_path / "wb")}
@@ -174,7 +178,7 @@ def test_tensorboard_after_resume_shows_one_curve(tmp_path, packed_file):
     TensorBoard shows each step once, with the values `metrics.jsonl` holds."""
     import shutil
 
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    EventAccumulator = _event_accumulator()
 
     def run(resume: bool) -> list[dict]:
         config = tiny_config(
