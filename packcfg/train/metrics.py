@@ -136,7 +136,7 @@ class WandbSink:
                 project=s.wandb_project,
                 entity=s.wandb_entity,
                 name=s.wandb_exp_name,
-                config=json.loads(json.dumps(config, default=str)),
+                config=redacted(json.loads(json.dumps(config, default=str))),
             )
         except Exception as exc:  # noqa: BLE001 - wandb raises its own error types (no key, no network)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -152,6 +152,18 @@ class WandbSink:
 
     def close(self) -> None:
         self.run.finish()
+
+
+def redacted(value: Any) -> Any:
+    """The config as W&B stores it (on a third party's servers): values under secret-looking keys
+    (`hf_token`, `wandb_api_key`, ...: packcfg.launch.secrets.looks_secret) replaced by "<redacted>"."""
+    from packcfg.launch.secrets import looks_secret
+
+    if isinstance(value, dict):
+        return {k: "<redacted>" if looks_secret(str(k)) else redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    return value
 
 
 def open_sinks(

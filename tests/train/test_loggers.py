@@ -127,6 +127,19 @@ def test_wandb_offline_history_has_the_loss(tmp_path, packed_file, monkeypatch, 
     assert [h["learning-rate"] for h in history] == [m["lr"] for m in metrics]
 
 
+def test_wandb_config_has_no_secrets():
+    from packcfg.train.metrics import redacted
+
+    config = {
+        "launch": {"env": {"HF_TOKEN": "hf_abc", "WANDB_API_KEY": "k"}},
+        "tokenizer": {"eos_token": "</s>"},
+    }
+    assert redacted(config) == {
+        "launch": {"env": {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>"}},
+        "tokenizer": {"eos_token": "</s>"},
+    }
+
+
 def test_missing_logger_package_is_one_line_naming_the_extra(monkeypatch):
     import packcfg.core.extras as extras
 
