@@ -138,7 +138,8 @@ def test_ids_equal_transformers_and_mask_is_the_assistant_turns(tmp_path, templa
         assert mask[-1] == 0  # label-aligned: the last position predicts nothing
         answers = [m["content"] + turn_end for m in conversation if m["role"] == "assistant"]
         assert supervised_text(hf, ids, mask) == answers
-        if "{% generation %}" in template:  # Bridge's preferred mask: transformers' assistant_masks, same tokens
+        # Bridge v0.3.1's mask (transformers' assistant_masks, from generation blocks): the same tokens
+        if "{% generation %}" in template:
             hf_mask = hf.apply_chat_template(
                 conversation, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
             )["assistant_masks"]

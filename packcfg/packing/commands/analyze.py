@@ -66,7 +66,8 @@ def _run(args: argparse.Namespace) -> int:
     p = make_plan(sp, settings, gbs)
     stats = dict(p.stats, source=str(settings.source))
     packed_gbs = _get_packed_gbs(config) if args.gbs is None else None
-    if packed_gbs is not None:  # the config already packs: say what its GBS means instead of dividing it again
+    # the config already packs: say what its GBS means instead of dividing it again
+    if packed_gbs is not None:
         stats["advice"] = dict(
             stats["advice"],
             config_packed_global_batch_size=packed_gbs,
