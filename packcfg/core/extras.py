@@ -15,6 +15,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "hf": ("transformers", "safetensors"),
     "nemo-run": ("nemo_run",),
     "plot": ("matplotlib",),
+    # loggers the config turns on (logger.tensorboard_dir, logger.wandb_project); checked by train's preflight
+    "tensorboard": ("tensorboard",),
+    "wandb": ("wandb",),
 }
 TORCH_HINT = " (CPU only: pip install torch==2.13.0 first, or pip pulls a multi-GB CUDA build)"
 

@@ -24,6 +24,7 @@ from packcfg.packing.errors import PackingError, PackOutputRefused
 from packcfg.packing.planner import PackPlan, PlanError, plan
 from packcfg.packing.progress import Progress
 from packcfg.packing.sources import (
+    TOKENIZED_FORMATS,
     Spool,
     detect_format,
     file_checksum,
@@ -64,6 +65,7 @@ class PackSettings:
     pairs: bool = False  # DPO: samples 2k and 2k+1 (chosen, rejected) stay adjacent in one pack
     shuffle: bool = True
     pad_to_max_length: bool | None = None  # noted in metadata only: rows are never padded in the file
+    chat: bool | None = None  # the config's chat switches (None: no config); checked against the rows
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint_fields(self) -> dict[str, Any]:
@@ -105,6 +107,10 @@ def _int_setting(config: Mapping[str, Any], dotted: str, default: int | None) ->
     if isinstance(value, bool) or not isinstance(value, int):
         raise PackingError(f"config {dotted}: expected an integer, got {value!r}")
     return value
+
+
+def _flag(config: Mapping[str, Any], dotted: str) -> bool:
+    return str(_get(config, dotted, False)).lower() in {"true", "1", "yes"}
 
 
 def settings_from_config(
@@ -178,6 +184,8 @@ def settings_from_config(
         split=split,
         pairs=bool(overrides.get("pairs")),
         pad_to_max_length=bool(_get(config, "dataset.dataset_kwargs.pad_to_max_length", False)),
+        chat=_flag(config, "dataset.dataset_kwargs.chat")
+        and _flag(config, "dataset.dataset_kwargs.use_hf_tokenizer_chat_template"),
     )
     if not settings.capacity:
         raise PackingError(
@@ -202,8 +210,20 @@ def fingerprint(settings: PackSettings, source_sum: str | None, tokenizer_sum: s
 
 
 def _tokenizer_for(settings: PackSettings, fmt: str) -> Path | None:
-    # the tokenizer only matters (and only goes into the fingerprint) for text sources
-    return settings.tokenizer if fmt == "text" else None
+    """The tokenizer, for sources that need one (only then does it go into the fingerprint). A config's chat
+    switches (Bridge's `dataset.dataset_kwargs.chat` and `use_hf_tokenizer_chat_template`, read by
+    megatron-bridge v0.3.1 data/datasets/sft.py `create_sft_dataset`) must agree with the rows."""
+    if settings.chat is not None and (fmt == "chat") != settings.chat:
+        if fmt == "chat":
+            raise PackingError(
+                f"{settings.source}: rows are chat 'messages': set dataset.dataset_kwargs.chat: true and "
+                "dataset.dataset_kwargs.use_hf_tokenizer_chat_template: true (as Bridge needs for them)"
+            )
+        raise PackingError(
+            f"{settings.source}: dataset.dataset_kwargs.chat and use_hf_tokenizer_chat_template are set but the "
+            f"rows are not chat 'messages' ({fmt} format)"
+        )
+    return settings.tokenizer if fmt in TOKENIZED_FORMATS else None
 
 
 def up_to_date(settings: PackSettings) -> dict[str, Any] | None:

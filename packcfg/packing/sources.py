@@ -29,6 +29,7 @@ from packcfg.packing.errors import PackingError
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 T = TypeVar("T")
+TOKENIZED_FORMATS = ("text", "chat")  # the source formats a tokenizer reads (the others hold token ids)
 
 
 @dataclass
@@ -52,7 +53,8 @@ class Batch:
 
 
 def detect_format(path: Path) -> str:
-    """`parquet` (token ids), `tokens` (JSONL of token ids) or `text` (Bridge SFT JSONL input/output)."""
+    """`parquet` (token ids), `tokens` (JSONL of token ids), `text` (Bridge SFT JSONL input/output) or `chat`
+    (JSONL rows of `messages`, rendered with the tokenizer's chat template: packcfg.packing.chat)."""
     if not path.exists():
         raise PackingError(f"{path}: no such file")
     if path.is_dir():
@@ -64,10 +66,12 @@ def detect_format(path: Path) -> str:
             return "tokens"
         if "input" in obj or "output" in obj:
             return "text"
+        if "messages" in obj:
+            return "chat"
         keys = ", ".join(sorted(obj)) or "none"
         raise PackingError(
-            f"{path}:{lineno}: expected 'input_ids' (tokenized) or 'input'/'output' (SFT text), "
-            f"got keys: {keys}"
+            f"{path}:{lineno}: expected 'input_ids' (tokenized), 'input'/'output' (SFT text) or 'messages' "
+            f"(chat SFT), got keys: {keys}"
         )
     raise PackingError(f"{path}: empty dataset (no samples)")
 
@@ -157,6 +161,13 @@ def iter_batches(
                 f"{path}: SFT text (input/output) needs a tokenizer: pass --tokenizer PATH/tokenizer.json"
             )
         yield from _tokenized_text(path, Path(tokenizer), batch_size)
+    elif fmt == "chat":
+        if tokenizer is None:
+            raise PackingError(
+                f"{path}: chat SFT (messages) needs a local tokenizer folder with a chat template: "
+                "pass --tokenizer DIR"
+            )
+        yield from _iter_chat_jsonl(path, load_tokenizer(Path(tokenizer)), batch_size)
     else:
         raise PackingError(f"{path}: unknown input format {fmt!r}")
 
@@ -693,6 +704,40 @@ def _iter_text_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Itera
         yield flush()
 
 
+def _iter_chat_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Iterator[Batch]:
+    """Chat rows rendered with the chat template beside tokenizer.json; the mask: assistant turns only."""
+    from packcfg.packing.chat import assistant_spans, check_messages, load_chat_template, span_mask
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    template = load_chat_template(tok.path.parent)
+    texts: list[str] = []
+    spans: list[list[tuple[int, int]]] = []
+    linenos: list[int] = []
+
+    def flush() -> Batch:
+        # rendered text is tokenized as transformers' apply_chat_template does: no added special tokens
+        encodings = tok.tokenizer.encode_batch(texts, add_special_tokens=False)
+        ids_list, masks = [], []
+        for enc, row_spans, lineno in zip(encodings, spans, linenos, strict=True):
+            if len(enc.ids) < 2:
+                raise PackingError(f"{path}:{lineno}: the chat template renders fewer than 2 tokens")
+            ids_list.append(np.asarray(enc.ids, dtype=np.int32))
+            mask = span_mask(enc.offsets, row_spans)
+            masks.append(label_mask_from_input_mask(mask, np.array([0, len(mask)])))
+        return _make_batch(ids_list, masks, linenos[0], linenos)
+
+    for lineno, obj in _jsonl_records(path):
+        text, row_spans = assistant_spans(template, check_messages(path, lineno, obj), f"{path}:{lineno}")
+        texts.append(text)
+        spans.append(row_spans)
+        linenos.append(lineno)
+        if len(texts) >= batch_size:
+            yield flush()
+            texts, spans, linenos = [], [], []
+    if texts:
+        yield flush()
+
+
 # --------------------------------------------------------------------------------------------- spool
 
 
@@ -826,7 +871,13 @@ def spool(
     return Spool(np.concatenate(tok_parts), np.concatenate(mask_parts), offsets, lines)
 
 
-TOKENIZER_CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+# beside tokenizer.json, the files that change packed tokens: the EOS choice, and the chat template
+TOKENIZER_CONFIG_FILES = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "chat_template.jinja",
+)
 
 
 def tokenizer_checksum(path: Path | None) -> str | None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import OVERSIZE_POLICIES, PlanError, itemize
-from packcfg.packing.sources import detect_format, iter_batches
+from packcfg.packing.sources import TOKENIZED_FORMATS, detect_format, iter_batches
 from packcfg.packing.writer import (
     _M1,
     _mix,
@@ -406,7 +406,7 @@ def _expected_batches(
     """Stream the source: per batch, (full hashes, tokens-only hashes, source line) of every slot the
     packer makes from it (oversize policy, alignment padding, label-aligned mask). One batch in memory."""
     fmt = detect_format(Path(source))
-    for b in iter_batches(Path(source), tokenizer if fmt == "text" else None, fmt=fmt):
+    for b in iter_batches(Path(source), tokenizer if fmt in TOKENIZED_FORMATS else None, fmt=fmt):
         raw = np.diff(b.offsets) - 1
         try:
             if capacity is None:

@@ -20,7 +20,7 @@ from packcfg.train.checkpoint import load_checkpoint, load_weights, resolve_chec
 from packcfg.train.data import BatchPlan, PackedParquet, SampleUnits, Units
 from packcfg.train.hf.config import hf_source
 from packcfg.train.hf.convert import load_hf_weights
-from packcfg.train.metrics import MetricsLog, StepMetrics, print_progress
+from packcfg.train.metrics import MetricsLog, StepMetrics, open_sinks, print_progress
 from packcfg.train.model import build_model, use_transformer_engine
 from packcfg.train.optim import LrSchedule, MasterWeights, build_optimizer
 from packcfg.train.parallel import Layout, clip_grad_norm, context_group, distributed
@@ -83,7 +83,8 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         load_weights(pretrained, layout, model, master)
         _say(layout, f"initial weights from {pretrained}")
 
-    metrics = MetricsLog(s.output_dir / "metrics.jsonl", enabled=layout.is_main, resume_from=start)
+    sinks = open_sinks(s, config, layout.is_main, start)  # TensorBoard / W&B, as `logger` asks
+    metrics = MetricsLog(s.output_dir / "metrics.jsonl", layout.is_main, resume_from=start, sinks=sinks)
     result = TrainResult(output_dir=s.output_dir, start_step=start)
     _say(
         layout,
@@ -158,6 +159,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
             )
             result.checkpoints.append(path)
             _say(layout, f"saved {path}")
+    metrics.close()
     return result
 
 

@@ -69,8 +69,26 @@ def vocab_problems(config: dict[str, Any], model: ModelSettings, base: Path | No
     return []
 
 
+def logger_problems(config: dict[str, Any]) -> list[str]:
+    """A logger the config turns on whose package is missing: one line naming the extra to install, so the
+    run fails here and not after the model is built (packcfg.train.metrics.open_sinks)."""
+    from packcfg.core.extras import EXTRAS, missing_modules
+
+    logger = config.get("logger") or {}
+    out = []
+    for key, extra in (("tensorboard_dir", "tensorboard"), ("wandb_project", "wandb")):
+        if isinstance(logger, dict) and logger.get(key) not in (None, ""):
+            missing = missing_modules(EXTRAS[extra])
+            if missing:
+                out.append(
+                    f"logger.{key} is set but {', '.join(missing)} is not installed: "
+                    f"pip install 'packcfg[{extra}]'"
+                )
+    return out
+
+
 def preflight(config: dict[str, Any], base: Path | None = None) -> list[str]:
     """Every problem found, one line each (empty: the run may start)."""
     model = ModelSettings.from_config(config)
     kv_set = (config.get("model") or {}).get("kv_channels") is not None
-    return model_problems(model, kv_set) + vocab_problems(config, model, base)
+    return model_problems(model, kv_set) + vocab_problems(config, model, base) + logger_problems(config)

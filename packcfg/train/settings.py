@@ -161,6 +161,45 @@ class OptimSettings:
 
 
 @dataclass(frozen=True)
+class LoggerSettings:
+    """Where metrics go beside `metrics.jsonl`: Bridge's `LoggerConfig` fields (megatron-bridge v0.3.1
+    src/megatron/bridge/training/config.py), read only; unset means that logger is off."""
+
+    tensorboard_dir: Path | None = None
+    tensorboard_log_interval: int = 1
+    wandb_project: str | None = None
+    wandb_entity: str | None = None
+    wandb_exp_name: str | None = None
+    wandb_save_dir: Path | None = None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> LoggerSettings:
+        lg = _section(config, "logger")
+        save = _section(config, "checkpoint").get("save")
+
+        def text(key: str) -> str | None:
+            value = lg.get(key)
+            return str(value) if value not in (None, "") else None
+
+        interval = int(lg.get("tensorboard_log_interval") or 1)
+        if interval <= 0:
+            raise ValueError(f"logger.tensorboard_log_interval must be a positive integer, got {interval}")
+        wandb_dir = text("wandb_save_dir")
+        return cls(
+            tensorboard_dir=resolve_path(tb) if (tb := text("tensorboard_dir")) else None,
+            tensorboard_log_interval=interval,
+            wandb_project=text("wandb_project"),
+            wandb_entity=text("wandb_entity"),
+            wandb_exp_name=text("wandb_exp_name") or str(_section(config, "recipe").get("name") or "run"),
+            # Bridge's default: <checkpoint.save>/wandb (state.py wandb_logger); without a save folder,
+            # the run's output folder (set by the loop).
+            wandb_save_dir=(
+                resolve_path(wandb_dir) if wandb_dir else resolve_path(str(save)) / "wandb" if save else None
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class TrainSettings:
     """Everything the loop needs, resolved from one config (plus CLI choices)."""
 
@@ -179,6 +218,7 @@ class TrainSettings:
     pretrained_dir: Path | None
     output_dir: Path
     grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32: bf16 grads accumulated/reduced in fp32
+    logger: LoggerSettings = LoggerSettings()
 
     @classmethod
     def from_config(
@@ -213,4 +253,5 @@ class TrainSettings:
             pretrained_dir=path(ck.get("pretrained_checkpoint")),
             output_dir=Path(output_dir) if output_dir else Path("runs") / name,
             grad_reduce_in_fp32=_truthy(_section(config, "ddp").get("grad_reduce_in_fp32", False)),
+            logger=LoggerSettings.from_config(config),
         )

@@ -139,3 +139,15 @@ def test_out_moves_checkpoints_too(tmp_path):
     assert (tmp_path / "elsewhere" / "metrics.jsonl").is_file()
     assert (tmp_path / "elsewhere" / "checkpoints" / "iter_0000001").is_dir()
     assert not (tmp_path / "runs" / "tiny_cpu_sft" / "checkpoints").exists()
+
+
+def test_bad_training_data_is_one_line_on_one_process(tmp_path):
+    """Data packed on first use inside the single process: a bad row is one line and exit 2, no traceback
+    (a PackingError used to escape `train` as a traceback with --nproc-per-node 1)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "training.jsonl").write_text('{"input": "hi", "output": 3}\n')
+    proc = cli(tmp_path, f"dataset.dataset_root={tmp_path / 'data'}", *ONE_PROCESS)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"packcfg train: {tmp_path / 'data' / 'training.jsonl'}:1: 'output' must be a string, got int"
+    ]

@@ -22,7 +22,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "input",
         nargs="?",
         help="experiment YAML (reads dataset/tokenizer settings) or a data file: JSONL/Parquet of "
-        "input_ids, or Bridge SFT JSONL (input/output) with --tokenizer; default: the tiny CPU recipe",
+        "input_ids, or Bridge SFT JSONL (input/output, or chat 'messages') with --tokenizer; default: the "
+        "tiny CPU recipe",
     )
     add_merge_arguments(p)
     p.add_argument("--capacity", type=int, help="pack size in runtime tokens (default: packed_sequence_size)")
@@ -39,7 +40,11 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="samples longer than the capacity (default: error)",
     )
     p.add_argument("--max-per-pack", type=int, help="at most this many samples per pack")
-    p.add_argument("--tokenizer", type=Path, help="local tokenizer.json for SFT text input")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="local tokenizer.json (or its HF folder) for SFT text; chat rows need the folder's chat template",
+    )
     p.add_argument(
         "--pairs",
         action="store_true",

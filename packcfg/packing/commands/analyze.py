@@ -36,6 +36,7 @@ def _run(args: argparse.Namespace) -> int:
     from packcfg.packing.errors import PackingError
     from packcfg.packing.planner import ALGORITHMS
     from packcfg.packing.report import format_comparison, format_table, stats_rows, to_json, write_plot
+    from packcfg.packing.sources import TOKENIZED_FORMATS
 
     settings, config = resolve_settings(args, need_output=False)
     inputs = [settings.source, settings.tokenizer]
@@ -51,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     if gbs is not None and gbs <= 0:
         raise PackingError(f"--gbs must be > 0, got {gbs}")
     fmt = detect_format(settings.source)
-    sp = spool(settings.source, settings.tokenizer if fmt == "text" else None)
+    sp = spool(settings.source, settings.tokenizer if fmt in TOKENIZED_FORMATS else None)
     if args.compare:
         all_stats, times = [], []
         for algo in ALGORITHMS:
@@ -65,7 +66,8 @@ def _run(args: argparse.Namespace) -> int:
     p = make_plan(sp, settings, gbs)
     stats = dict(p.stats, source=str(settings.source))
     packed_gbs = _get_packed_gbs(config) if args.gbs is None else None
-    if packed_gbs is not None:  # the config already packs: say what its GBS means instead of dividing it again
+    # the config already packs: say what its GBS means instead of dividing it again
+    if packed_gbs is not None:
         stats["advice"] = dict(
             stats["advice"],
             config_packed_global_batch_size=packed_gbs,

@@ -82,11 +82,13 @@ def run(args: argparse.Namespace) -> int:
     if nproc > 1 and not on_rank and _nodes(config) == 1:
         return _reexec_under_torchrun(nproc, config, args)
 
+    from packcfg.packing.errors import PackingError
     from packcfg.train.loop import TrainOptions, train
 
     try:
         train(config, TrainOptions(batching=args.batching, output_dir=args.output_dir, resume=args.resume))
-    except (ValueError, OSError) as exc:  # CheckpointError is a ValueError, FileNotFoundError an OSError
+    # CheckpointError is a ValueError, FileNotFoundError an OSError; PackingError: the data, packed on first use
+    except (ValueError, OSError, PackingError) as exc:
         return _fail(f"packcfg train: {exc}")
     return 0
 
