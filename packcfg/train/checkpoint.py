@@ -109,7 +109,9 @@ def save_checkpoint(
     if ckpt_format == "torch_dist":
         from packcfg.train.dist_checkpoint import save_dist_checkpoint
 
-        return save_dist_checkpoint(root, iteration, layout, model, optimizer, schedule, consumed_units, master)
+        return save_dist_checkpoint(
+            root, iteration, layout, model, optimizer, schedule, consumed_units, master
+        )
     final = iteration_dir(root, iteration)
     tmp = root / f".tmp_{final.name}"
     if layout.is_main:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from packcfg.core.atomic import atomic_write_text
 from packcfg.train.checkpoint import (
     Resumed,
     _barrier,
@@ -36,8 +37,7 @@ from packcfg.train.checkpoint import (
 from packcfg.train.mcore_compat import cpu_checkpointing
 from packcfg.train.optim import LrSchedule, MasterWeights
 from packcfg.train.parallel import Layout
-from packcfg.train.run_folder import CheckpointError, LATEST, read_latest
-from packcfg.core.atomic import atomic_write_text
+from packcfg.train.run_folder import LATEST, CheckpointError, read_latest
 
 # The ModelSettings fields that decide tensor shapes, checked by name before any tensor is read.
 SHAPE_FIELDS = (
@@ -171,7 +171,9 @@ def save_dist_checkpoint(
         iteration=iteration,
         consumed_units=consumed_units,
         schedule=schedule.state_dict(),
-        adam_step={n: float(optimizer.state[p].get("step", 0.0)) for n, p in zip(names, opt_params)},
+        adam_step={
+            n: float(optimizer.state[p].get("step", 0.0)) for n, p in zip(names, opt_params, strict=True)
+        },
         rng=_rng_state(),
         shape=_shape_fields(model),
         packcfg_format="torch_dist",
@@ -257,7 +259,9 @@ def load_dist_checkpoint(
         optimizer.state.clear()
     if master is not None:
         if "master" not in loaded:
-            raise CheckpointError(f"{directory}: saved without bf16 master weights; resume with the same precision")
+            raise CheckpointError(
+                f"{directory}: saved without bf16 master weights; resume with the same precision"
+            )
         with torch.no_grad():
             for name, copy in zip(names, master.master_params, strict=True):
                 copy.copy_(loaded["master"][name])

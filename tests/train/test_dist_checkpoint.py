@@ -77,7 +77,9 @@ def test_layout_is_bridges(tmp_path, data):
     assert (root / "latest_checkpointed_iteration.txt").read_text().strip() == str(SAVE_AT)
     files = {p.name for p in (root / "iter_0000003").iterdir()}
     assert {"metadata.json", "common.pt"} <= files and any(f.endswith(".distcp") for f in files)
-    assert json.loads((root / "iter_0000003" / "metadata.json").read_text())["sharded_backend"] == "torch_dist"
+    assert (
+        json.loads((root / "iter_0000003" / "metadata.json").read_text())["sharded_backend"] == "torch_dist"
+    )
     assert not list(root.glob(".tmp*"))
 
 
