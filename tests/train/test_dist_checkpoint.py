@@ -158,6 +158,10 @@ def test_code_in_common_pt_is_refused_not_run(tmp_path, data):
             return (Path.touch, (marker,))
 
     torch.save({"iteration": 3, "x": Payload()}, tmp_path / "ckpt" / "iter_0000003" / "common.pt")
+    # control: megatron's own loader on a torch without the weights_only default would run it
+    torch.load(tmp_path / "ckpt" / "iter_0000003" / "common.pt", weights_only=False)
+    assert marker.exists()
+    marker.unlink()
     with pytest.raises(CheckpointError, match="refused"):
         _run(_config(tmp_path / "ckpt", STEPS), data, tmp_path / "out2", resume=True)
     assert not marker.exists()
