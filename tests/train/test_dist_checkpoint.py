@@ -115,6 +115,17 @@ def test_changed_global_batch_size_continues_at_the_next_unit(tmp_path, data):
     _run(_config(tmp_path / "c", SAVE_AT + 2, gbs=2), data, tmp_path / "out2", resume=True)
     common = load_file(tmp_path / "c" / "iter_0000005" / "common.pt")
     assert common["consumed_units"] == 3 * 4 + 2 * 2
+    # the step after 12 consumed units at GBS 2 holds units 12 and 13: the first half of GBS 4's step 3
+    from packcfg.train.data import BatchPlan
+    from packcfg.train.settings import TrainSettings
+
+    settings = TrainSettings.from_config(_config(tmp_path / "c", 1))
+    units = PackedParquet(data)
+    at4 = BatchPlan(units, settings.data, 1, 4, 1, 0).micro_batches(3)
+    at2 = BatchPlan(units, settings.data, 1, 2, 1, 0).micro_batches_after(12)
+    assert [torch.equal(a.tokens, b.tokens) for a, b in zip(at2, at4[:2], strict=True)] == [True, True]
+    shifted = BatchPlan(units, settings.data, 1, 2, 1, 0).micro_batches(3)  # the old step-based position
+    assert not all(torch.equal(a.tokens, b.tokens) for a, b in zip(shifted, at4[:2], strict=True))
 
 
 def test_megatron_written_checkpoint_gives_initial_weights(tmp_path, data):
