@@ -43,6 +43,7 @@ class Faults:
     resume_data_from_start: bool = False  # resume restores the model but replays data from the start
     sp_grads_not_reduced: bool = False  # SP norm weights keep their TP-partial grads (no TP all-reduce)
     grad_norm_not_summed_over_tp: bool = False  # clipping norm from this rank's TP shards only
+    resume_without_optimizer: bool = False  # torch_dist resume leaves the AdamW moments unrestored
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Faults:

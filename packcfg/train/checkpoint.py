@@ -101,8 +101,17 @@ def save_checkpoint(
     schedule: LrSchedule,
     consumed_units: int,
     master: MasterWeights | None = None,
+    ckpt_format: str = "torch",
 ) -> Path:
-    """Save after `iteration` completed steps; returns the final directory."""
+    """Save after `iteration` completed steps in `ckpt_format` ("torch_dist": megatron-core
+    dist_checkpointing, see packcfg.train.dist_checkpoint; "torch": per-TP-rank files); returns the final
+    directory."""
+    if ckpt_format == "torch_dist":
+        from packcfg.train.dist_checkpoint import save_dist_checkpoint
+
+        return save_dist_checkpoint(
+            root, iteration, layout, model, optimizer, schedule, consumed_units, master
+        )
     final = iteration_dir(root, iteration)
     tmp = root / f".tmp_{final.name}"
     if layout.is_main:
@@ -157,7 +166,15 @@ class Resumed:
 def _model_file(directory: Path, layout: Layout) -> dict[str, Any]:
     path = directory / f"model_optim_tp{layout.tp_rank:02d}.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (saved with a different tensor-parallel size?)")
+        if not any(directory.glob("model_optim_tp*.pt")):
+            raise CheckpointError(
+                f"{directory}: not a checkpoint (neither torch_dist metadata.json nor model_optim_tp*.pt; "
+                "partial save?)"
+            )
+        raise CheckpointError(
+            f"{path}: missing (a ckpt_format: torch checkpoint saved with a different TP size; "
+            "torch_dist checkpoints reshard)"
+        )
     state = load_file(path)
     if not isinstance(state, dict) or not {"tp", "model", "iteration"} <= set(state):
         raise CheckpointError(f"{path}: not a packcfg checkpoint (expected model, iteration and tp entries)")
@@ -173,8 +190,18 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     schedule: LrSchedule,
     master: MasterWeights | None = None,
+    *,
+    drop_optimizer: bool = False,
 ) -> Resumed:
-    """Restore everything `save_checkpoint` wrote; the run continues at the saved iteration."""
+    """Restore everything `save_checkpoint` wrote, in either format (told apart by the directory's
+    files); the run continues at the saved iteration. `drop_optimizer`: an equivalence-test control
+    (torch_dist only) that leaves the optimizer moments unrestored."""
+    from packcfg.train.dist_checkpoint import is_dist_checkpoint, load_dist_checkpoint
+
+    if is_dist_checkpoint(directory):
+        return load_dist_checkpoint(
+            directory, layout, model, optimizer, schedule, master, drop_optimizer=drop_optimizer
+        )
     state = _model_file(directory, layout)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -197,7 +224,12 @@ def load_weights(
     """Initial weights only (checkpoint.pretrained_checkpoint); returns the checkpoint's iteration.
 
     With bf16 (`master` given) the fp32 master copies get the weights too: the checkpoint's own fp32 masters
-    when it has them, else the loaded model values (otherwise the first step would write the random init back)."""
+    when it has them, else the loaded model values (otherwise the first step would write the random init back).
+    A torch_dist directory (packcfg's, Megatron Bridge's or Megatron-LM's) loads through dist_checkpointing."""
+    from packcfg.train.dist_checkpoint import is_dist_checkpoint, load_dist_weights
+
+    if is_dist_checkpoint(directory):
+        return load_dist_weights(directory, layout, model, master)
     state = _model_file(directory, layout)
     model.load_state_dict(state["model"])
     if master is not None:

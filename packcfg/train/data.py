@@ -146,9 +146,14 @@ class BatchPlan:
         return int(self._orders[epoch][offset])
 
     def micro_batches(self, step: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
-        """This rank's micro-batches of step `step` (0-based): micro-batch j holds global units
-        `step*GBS + j*MBS*DP + dp_rank*MBS` onwards, as megatron's pretraining sampler assigns them."""
-        start = step * self.global_batch_size
+        """This rank's micro-batches of step `step` (0-based) of a run at this GBS from the start."""
+        return self.micro_batches_after(step * self.global_batch_size, faults)
+
+    def micro_batches_after(self, consumed: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
+        """This rank's micro-batches of the step after `consumed` global units: micro-batch j holds
+        global units `consumed + j*MBS*DP + dp_rank*MBS` onwards, as megatron's pretraining sampler
+        assigns them from `consumed_samples` (so a resume with another GBS continues at the next unit)."""
+        start = consumed
         out = []
         for j in range(self.micro_batches_per_step):
             first = start + j * self.micro_batch_size * self.dp + self.dp_rank * self.micro_batch_size

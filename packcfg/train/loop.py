@@ -68,10 +68,19 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
     optimizer = build_optimizer(model, s.optim, params)
     schedule = LrSchedule(optimizer, s.optim)
 
-    start = 0
+    start = consumed = 0  # steps done, and global units (samples or packs) consumed by them
     resume_dir = _resume_dir(s) if options.resume or s.load_dir else None
     if resume_dir is not None:
-        start = load_checkpoint(resume_dir, layout, model, optimizer, schedule, master).iteration
+        resumed = load_checkpoint(
+            resume_dir,
+            layout,
+            model,
+            optimizer,
+            schedule,
+            master,
+            drop_optimizer=options.faults.resume_without_optimizer,
+        )
+        start, consumed = resumed.iteration, resumed.consumed_units
         _say(layout, f"resumed from {resume_dir} at step {start}")
     elif (hf_dir := hf_source(config)) is not None:  # a Hugging Face folder (packcfg.train.hf)
         family = load_hf_weights(hf_dir, model, master)
@@ -100,8 +109,10 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         t0 = time.perf_counter()
         lr = schedule.advance()
         model.zero_grad(set_to_none=False)  # the model's grads (with bf16, the optimizer holds copies)
-        data_step = step - start if options.faults.resume_data_from_start else step
-        micro_batches = plan.micro_batches(data_step, options.faults)
+        position = (step - start) * s.global_batch_size
+        if not options.faults.resume_data_from_start:
+            position += consumed
+        micro_batches = plan.micro_batches_after(position, options.faults)
         if layout.cp > 1:
             if s.model.sequence_parallel:  # SP: each CP rank's share must divide by TP (pad before the split)
                 micro_batches = [pad_for_sequence_parallel(mb, layout.tp, layout.cp) for mb in micro_batches]
@@ -154,8 +165,9 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
                 model,
                 optimizer,
                 schedule,
-                consumed_units=done * s.global_batch_size,
+                consumed_units=consumed + (done - start) * s.global_batch_size,
                 master=master,
+                ckpt_format=s.ckpt_format,
             )
             result.checkpoints.append(path)
             _say(layout, f"saved {path}")

@@ -20,6 +20,13 @@ facts). Rather than patching megatron, the executor avoids those spots and this 
   global memory buffer) allocate their outputs on `torch.cuda.current_device()`: on a machine without
   CUDA, where that call can only raise, `cpu_current_device` makes it answer "cpu" for the duration of
   a forward/backward with SP (`step.forward_backward`). Nothing changes where CUDA exists.
+- dist_checkpointing's `torch_dist` save (0.16.1 `strategies/filesystem_async.py` `preload_tensors`,
+  `strategies/state_dict_saver.py`) calls `torch.cuda.synchronize()` and allocates its failure flag on
+  `torch.cuda.current_device()`: `cpu_checkpointing` makes the first a no-op and the second "cpu" for the
+  duration of a save or load, without CUDA only. Its writer also collects results through a queue from a
+  `spawn` multiprocessing Manager (`_get_write_results_queue`), a server process that re-imports the
+  caller's `__main__` (it hangs under pytest): `cpu_checkpointing` hands it a `fork` queue instead, which
+  its forked writer processes can use just as well.
 - megatron's DDP, optimizer and schedules hard-code CUDA: the executor uses a plain torch loop.
 
 Version differences (0.16.1 is the newest for Python 3.11; later releases need 3.12) are handled
@@ -113,6 +120,27 @@ def cpu_current_device(active: bool = True) -> Iterator[None]:
         yield
     finally:
         torch.cuda.current_device = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def cpu_checkpointing() -> Iterator[None]:
+    """dist_checkpointing's save/load runs on CPU and without a spawned Manager (see the module docstring)."""
+    if torch.cuda.is_available():
+        yield
+        return
+    import multiprocessing
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    if filesystem_async._results_queue is None:
+        filesystem_async._results_queue = multiprocessing.get_context("fork").Queue()
+    original = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda device=None: None  # type: ignore[assignment]
+    try:
+        with cpu_current_device():
+            yield
+    finally:
+        torch.cuda.synchronize = original  # type: ignore[assignment]
 
 
 def seed_model_parallel_rng(seed: int) -> None:

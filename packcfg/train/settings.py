@@ -22,6 +22,22 @@ def _section(config: dict[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
+CKPT_FORMATS = ("torch_dist", "torch")
+
+
+def _ckpt_format(value: Any) -> str:
+    """checkpoint.ckpt_format: "torch_dist" (Bridge's default, megatron-core dist_checkpointing) or
+    "torch" (packcfg's per-TP-rank files)."""
+    if value is None or value == "":
+        return "torch_dist"
+    if value not in CKPT_FORMATS:
+        raise ValueError(
+            f"checkpoint.ckpt_format: {value!r} is not supported by the packcfg executor "
+            f"(supported: {', '.join(CKPT_FORMATS)})"
+        )
+    return str(value)
+
+
 def _truthy(value: Any) -> bool:
     return bool(value) and str(value).lower() not in {"false", "0", "no", "none"}
 
@@ -219,6 +235,7 @@ class TrainSettings:
     output_dir: Path
     grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32: bf16 grads accumulated/reduced in fp32
     logger: LoggerSettings = LoggerSettings()
+    ckpt_format: str = "torch_dist"  # checkpoint.ckpt_format, Bridge's default
 
     @classmethod
     def from_config(
@@ -251,6 +268,7 @@ class TrainSettings:
             save_interval=int(ck.get("save_interval") or 0),
             load_dir=path(ck.get("load")),
             pretrained_dir=path(ck.get("pretrained_checkpoint")),
+            ckpt_format=_ckpt_format(ck.get("ckpt_format")),
             output_dir=Path(output_dir) if output_dir else Path("runs") / name,
             grad_reduce_in_fp32=_truthy(_section(config, "ddp").get("grad_reduce_in_fp32", False)),
             logger=LoggerSettings.from_config(config),

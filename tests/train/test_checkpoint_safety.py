@@ -28,7 +28,13 @@ def _config(root, iters, bf16=False, **checkpoint):
     config = tiny_config(
         train={"train_iters": iters, "global_batch_size": 4},
         scheduler={"lr_warmup_iters": 1, "lr_decay_iters": 8},
-        checkpoint={"save": str(root / "ckpt"), "save_interval": SAVE_AT, **checkpoint},
+        # the per-rank files of ckpt_format: torch; torch_dist's safety: tests/train/test_dist_checkpoint.py
+        checkpoint={
+            "save": str(root / "ckpt"),
+            "save_interval": SAVE_AT,
+            "ckpt_format": "torch",
+            **checkpoint,
+        },
     )
     config["model"]["bf16"] = bf16
     return config

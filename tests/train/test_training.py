@@ -84,7 +84,8 @@ def test_resume_control_replaying_data_breaks_the_curve(tmp_path, packed_file, u
 
 
 def test_checkpoint_is_complete_and_atomic(tmp_path, packed_file):
-    _run(_config(tmp_path, SAVE_AT), packed_file, tmp_path / "out")
+    """ckpt_format: torch (per-TP-rank files); torch_dist's layout: tests/train/test_dist_checkpoint.py."""
+    _run(_config(tmp_path, SAVE_AT, ckpt_format="torch"), packed_file, tmp_path / "out")
     root = tmp_path / "ckpt"
     assert (root / "latest_checkpointed_iteration.txt").read_text().strip() == str(SAVE_AT)
     assert sorted(p.name for p in (root / f"iter_{SAVE_AT:07d}").iterdir()) == [

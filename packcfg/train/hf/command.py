@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from packcfg.core.cli_args import add_merge_arguments, add_out_argument
 
@@ -60,7 +62,7 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
     from packcfg.resources import resolve_path
     from packcfg.train.checkpoint import resolve_checkpoint
     from packcfg.train.hf.config import family_of, hf_source
-    from packcfg.train.hf.convert import export_hf, merge_tp_states
+    from packcfg.train.hf.convert import export_hf
     from packcfg.train.settings import ModelSettings
 
     settings = ModelSettings.from_config(config)
@@ -73,7 +75,48 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
         raise FileNotFoundError(
             f"{root}: no checkpoint (no latest_checkpointed_iteration.txt or iter_* folder)"
         )
-    files = sorted(Path(checkpoint).glob("model_optim_tp*.pt"))
+    from packcfg.train.dist_checkpoint import is_dist_checkpoint
+
+    if is_dist_checkpoint(Path(checkpoint)):
+        full, iteration = _dist_full_state(Path(checkpoint), settings)
+    else:
+        full, iteration = _torch_full_state(Path(checkpoint))
+    family = family_of(settings, config)
+    written = export_hf(
+        full,
+        settings,
+        family,
+        Path(args.out_dir),
+        dtype=getattr(torch, args.dtype),
+        force=args.force,
+        source={"checkpoint": str(checkpoint), "iteration": iteration},
+        base_folder=hf_source(config),
+    )
+    return written, checkpoint, family
+
+
+def _dist_full_state(checkpoint: Path, settings: Any) -> tuple[dict[str, Any], int]:
+    """The full (TP 1) model state of a torch_dist checkpoint: dist_checkpointing reshards on load."""
+    import dataclasses
+
+    from packcfg.train.checkpoint import load_weights
+    from packcfg.train.model import build_model
+    from packcfg.train.parallel import distributed
+
+    single = dataclasses.replace(settings, tp=1, cp=1, sequence_parallel=False)
+    with distributed(tp=1, cp=1) as layout:
+        model = build_model(single, seed=0)
+        iteration = load_weights(checkpoint, layout, model)
+        return model.state_dict(), iteration
+
+
+def _torch_full_state(checkpoint: Path) -> tuple[dict[str, Any], int]:
+    """The full model state of a ckpt_format: torch checkpoint (one file per TP rank, merged)."""
+    import torch
+
+    from packcfg.train.hf.convert import merge_tp_states
+
+    files = sorted(checkpoint.glob("model_optim_tp*.pt"))
     if not files:
         raise FileNotFoundError(f"{checkpoint}: no model_optim_tp*.pt files")
     states = []
@@ -88,16 +131,4 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
     tp = int(states[0].get("tp", len(states)))
     if len(states) != tp:
         raise ValueError(f"{checkpoint}: {len(states)} model_optim_tp*.pt files for TP {tp}")
-    full = merge_tp_states([s["model"] for s in states])
-    family = family_of(settings, config)
-    written = export_hf(
-        full,
-        settings,
-        family,
-        Path(args.out_dir),
-        dtype=getattr(torch, args.dtype),
-        force=args.force,
-        source={"checkpoint": str(checkpoint), "iteration": int(states[0].get("iteration", 0))},
-        base_folder=hf_source(config),
-    )
-    return written, checkpoint, family
+    return merge_tp_states([s["model"] for s in states]), int(states[0].get("iteration", 0))
