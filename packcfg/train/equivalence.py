@@ -66,7 +66,9 @@ def _whole_model(model: torch.nn.Module, local: dict[str, torch.Tensor]) -> dict
     names = global_names(model)
     params = dict(model.named_parameters())
     mine = {names[n]: t for n, t in local.items() if not is_tied_copy(params[n])}
-    stages: list[dict[str, torch.Tensor]] = [{} for _ in range(parallel_state.get_pipeline_model_parallel_world_size())]
+    stages: list[dict[str, torch.Tensor]] = [
+        {} for _ in range(parallel_state.get_pipeline_model_parallel_world_size())
+    ]
     dist.all_gather_object(stages, mine, group=parallel_state.get_pipeline_model_parallel_group())
     return {name: t for stage in stages for name, t in stage.items()}
 

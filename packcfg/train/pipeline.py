@@ -130,9 +130,7 @@ class _Stages:
         self.prev = None if self.first else parallel_state.get_pipeline_model_parallel_prev_rank()
         config = model.config  # type: ignore[attr-defined]
         self.hidden = int(config.hidden_size)
-        self.sp_tp = (
-            parallel_state.get_tensor_model_parallel_world_size() if config.sequence_parallel else 1
-        )
+        self.sp_tp = parallel_state.get_tensor_model_parallel_world_size() if config.sequence_parallel else 1
         self.dtype = next(model.parameters()).dtype
         self.device = device
 

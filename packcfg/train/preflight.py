@@ -69,8 +69,36 @@ def vocab_problems(config: dict[str, Any], model: ModelSettings, base: Path | No
     return []
 
 
+# Config fields that make the executor write or read weights files, which it cannot do under PP yet.
+_PP_WEIGHT_FILES = (
+    ("checkpoint", "save"),
+    ("checkpoint", "load"),
+    ("checkpoint", "pretrained_checkpoint"),
+    ("model", "hf_path"),
+)
+
+
+def pipeline_problems(config: dict[str, Any], model: ModelSettings) -> list[str]:
+    """Pipeline parallelism trains, but checkpoints are per TP rank only (every stage would write and
+    read the same file) and Hugging Face weights load into a whole model: refuse those fields under PP."""
+    if model.pp <= 1:
+        return []
+    out = []
+    for section, key in _PP_WEIGHT_FILES:
+        value = (config.get(section) or {}).get(key)
+        if value:
+            out.append(
+                f"{section}.{key}: {value!r} with model.pipeline_model_parallel_size {model.pp}: the packcfg "
+                f"executor does not save or load weights under pipeline parallelism yet; unset {section}.{key} "
+                "or train with pipeline_model_parallel_size 1"
+            )
+    return out
+
+
 def preflight(config: dict[str, Any], base: Path | None = None) -> list[str]:
     """Every problem found, one line each (empty: the run may start)."""
     model = ModelSettings.from_config(config)
     kv_set = (config.get("model") or {}).get("kv_channels") is not None
-    return model_problems(model, kv_set) + vocab_problems(config, model, base)
+    return (
+        model_problems(model, kv_set) + pipeline_problems(config, model) + vocab_problems(config, model, base)
+    )

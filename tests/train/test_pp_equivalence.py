@@ -177,13 +177,20 @@ def test_pp2_with_tp2_or_cp2_equals_pp1(case, tmp_path):
     _check_equal(case, reference, two["none"])
 
 
-def test_stage_names_cover_the_whole_model():
-    """Stage parameter names map onto the whole model's: layers renumbered by the stage's offset."""
-    from packcfg.train.pipeline import _LAYER
+def test_preflight_refuses_weights_files_under_pp():
+    """Checkpoints are one file per TP rank (every stage would write the same one) and HF weights load
+    into a whole model: under PP those fields are refused before any rank starts, one line each."""
+    from packcfg.train.preflight import preflight
 
-    assert _LAYER.sub(lambda m: f"decoder.layers.{int(m.group(1)) + 2}.", "decoder.layers.1.mlp.w") == (
-        "decoder.layers.3.mlp.w"
-    )
+    config = pp_case_config("pp", 2)
+    assert preflight(config) == []
+    config["checkpoint"] = {"save": "runs/x/checkpoints", "save_interval": 5}
+    config["model"]["hf_path"] = "runs/tiny_hf/llama"
+    problems = preflight(config)
+    assert [p.split(":")[0] for p in problems] == ["checkpoint.save", "model.hf_path"], problems
+    assert all("pipeline_model_parallel_size 2" in p and "\n" not in p for p in problems)
+    config["model"]["pipeline_model_parallel_size"] = 1
+    assert preflight(config) == []
 
 
 def main() -> None:
