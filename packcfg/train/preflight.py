@@ -78,12 +78,34 @@ _PP_WEIGHT_FILES = (
 )
 
 
+# Pipeline layouts megatron-core knows and the executor's 1F1B schedule does not run (it splits the layers
+# evenly, `get_num_layers_to_build`, one model chunk per stage).
+_PP_LAYOUT_KEYS = (
+    "virtual_pipeline_model_parallel_size",
+    "pipeline_model_parallel_layout",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+)
+
+
 def pipeline_problems(config: dict[str, Any], model: ModelSettings) -> list[str]:
-    """Pipeline parallelism trains, but checkpoints are per TP rank only (every stage would write and
-    read the same file) and Hugging Face weights load into a whole model: refuse those fields under PP."""
+    """Pipeline parallelism trains (even split, non-interleaved 1F1B), but checkpoints are per TP rank
+    only (every stage would write and read the same file) and Hugging Face weights load into a whole
+    model: refuse those fields, and uneven or interleaved layouts, under PP."""
     if model.pp <= 1:
         return []
+    section = config.get("model") or {}
     out = []
+    for key in _PP_LAYOUT_KEYS:
+        value = section.get(key)
+        unused = (
+            value in (None, "", 1) if key == "virtual_pipeline_model_parallel_size" else value in (None, "")
+        )
+        if not unused:
+            out.append(
+                f"model.{key}: {value!r}: the packcfg executor splits the layers evenly over the pipeline "
+                "stages without interleaving; unset it"
+            )
     for section, key in _PP_WEIGHT_FILES:
         value = (config.get(section) or {}).get(key)
         if value:

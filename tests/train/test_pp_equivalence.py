@@ -184,11 +184,15 @@ def test_preflight_refuses_weights_files_under_pp():
 
     config = pp_case_config("pp", 2)
     assert preflight(config) == []
-    config["checkpoint"] = {"save": "runs/x/checkpoints", "save_interval": 5}
-    config["model"]["hf_path"] = "runs/tiny_hf/llama"
+    config["checkpoint"] = {"save": "runs/x/checkpoints", "save_interval": 5, "load": "runs/y/checkpoints"}
+    config["model"]["virtual_pipeline_model_parallel_size"] = 2
     problems = preflight(config)
-    assert [p.split(":")[0] for p in problems] == ["checkpoint.save", "model.hf_path"], problems
-    assert all("pipeline_model_parallel_size 2" in p and "\n" not in p for p in problems)
+    assert [p.split(":")[0] for p in problems] == [
+        "model.virtual_pipeline_model_parallel_size",
+        "checkpoint.save",
+        "checkpoint.load",
+    ], problems
+    assert all("pipeline_model_parallel_size 2" in p and "\n" not in p for p in problems[1:])
     config["model"]["pipeline_model_parallel_size"] = 1
     assert preflight(config) == []
 
