@@ -76,9 +76,10 @@ def build_stage_model(
     last = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
     with mcore_compat.cpu_tensor_cuda():  # megatron's tied-copy set-up calls .cuda() (mcore_compat)
         model = stage(first, last, get_num_layers_to_build(config))
+    names = global_names(model)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(reference[global_names(model)[name]])
+            p.copy_(reference[names[name]])
     return model
 
 
