@@ -37,12 +37,13 @@ else:  # torchrun harness
 STEPS = 3
 CLIP = 0.5  # below the tiny model's grad norm in early steps, so clipping (and its PP sum) matters
 GRAD_ATOL = 1e-5  # fp32: largest element-wise gradient difference allowed, besides `compare`'s checks
-PROCESSES = {"pp": 2, "pp_tp": 4, "pp_cp": 4}
+PROCESSES = {"pp": 2, "pp_tp": 4, "pp_cp": 4, "pp_dp": 4}
 
 
 def pp_case_config(case: str, pp: int) -> dict[str, Any]:
-    """`pp`: PP only; `pp_tp`: PP x TP 2 with sequence parallel; `pp_cp`: PP x CP 2. `pp` 1 gives the
-    reference (TP 1, CP 1, no SP). Four layers (two per stage), tied embeddings, 6 packs per step."""
+    """`pp`: PP only; `pp_tp`: PP x TP 2 with sequence parallel; `pp_cp`: PP x CP 2; `pp_dp`: PP x DP 2
+    (3 micro-batches per rank). `pp` 1 gives the reference (TP 1, CP 1, no SP, one process). Four layers
+    (two per stage), tied embeddings, 6 packs per step."""
     model: dict[str, Any] = {
         "num_layers": 4,
         "pipeline_model_parallel_size": pp,
@@ -77,7 +78,7 @@ def run_pp_case(case: str, variants: list[str]) -> dict[str, dict[str, Any]]:
     from packcfg.train.settings import TrainSettings
 
     world = dist.get_world_size() if dist.is_initialized() else 1
-    settings = TrainSettings.from_config(pp_case_config(case, 2 if world > 1 else 1))
+    settings = TrainSettings.from_config(pp_case_config(case, 2 if world > 1 else 1))  # pp_dp: DP = rest
     packs = greedy_packs(synthetic_samples(60, seed=9), settings.data.pack_size)
     out: dict[str, dict[str, Any]] = {}
     m = settings.model
@@ -135,8 +136,10 @@ def max_grad_diff(a: Any, b: Any) -> float:
 def _check_equal(case: str, reference: dict[str, Any], candidate: dict[str, Any]) -> None:
     from packcfg.train.equivalence import LossAndGrads, compare
 
-    assert candidate["widths"] == reference["widths"]
-    assert all(len(w) > 2 and len(set(w)) > 1 for w in reference["widths"]), reference["widths"]
+    if case != "pp_dp":  # (under DP each rank holds half of the step's micro-batches)
+        assert candidate["widths"] == reference["widths"]
+    widths = candidate["widths"]  # more micro-batches than stages, of varying widths
+    assert all(len(w) > 2 for w in widths) and len({x for w in widths for x in w}) > 1, widths
     for step, (ref, got) in enumerate(zip(reference["steps"], candidate["steps"], strict=True)):
         assert set(got.grads) == set(ref.grads), f"{case} step {step}: parameter names differ"
         assert compare(ref, got) == [], f"{case} step {step}: differs from PP 1"
@@ -170,8 +173,8 @@ def test_pp2_equals_pp1(tmp_path):
 
 @pytest.mark.torchrun
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["pp_tp", "pp_cp"])
-def test_pp2_with_tp2_or_cp2_equals_pp1(case, tmp_path):
+@pytest.mark.parametrize("case", ["pp_tp", "pp_cp", "pp_dp"])
+def test_pp2_with_tp2_cp2_or_dp2_equals_pp1(case, tmp_path):
     two = torchrun_case(case, [], tmp_path)
     reference = run_pp_case(case, ["none"])["none"]
     _check_equal(case, reference, two["none"])
