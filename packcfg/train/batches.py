@@ -44,6 +44,8 @@ class Faults:
     sp_grads_not_reduced: bool = False  # SP norm weights keep their TP-partial grads (no TP all-reduce)
     grad_norm_not_summed_over_tp: bool = False  # clipping norm from this rank's TP shards only
     resume_without_optimizer: bool = False  # torch_dist resume leaves the AdamW moments unrestored
+    pp_stage_drops_thd: bool = False  # PP: stages after the first get no THD metadata (pack = one sequence)
+    pp_embedding_grads_not_reduced: bool = False  # PP: tied embedding grad not summed over first/last stage
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Faults:

@@ -55,20 +55,38 @@ def _full(model: torch.nn.Module, name: str, p: torch.nn.Parameter, local: torch
     return g.cpu()
 
 
+def _whole_model(model: torch.nn.Module, local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Under PP, every stage's tensors by their whole-model names (`pipeline.global_names`), gathered
+    over the pipeline group; the last stage's copy of a tied embedding is left out (the first stage's
+    word embedding is the tensor PP 1 has). Without PP, `local` as it is."""
+    if parallel_state.get_pipeline_model_parallel_world_size() == 1:
+        return local
+    from packcfg.train.pipeline import global_names, is_tied_copy
+
+    names = global_names(model)
+    params = dict(model.named_parameters())
+    mine = {names[n]: t for n, t in local.items() if not is_tied_copy(params[n])}
+    stages: list[dict[str, torch.Tensor]] = [
+        {} for _ in range(parallel_state.get_pipeline_model_parallel_world_size())
+    ]
+    dist.all_gather_object(stages, mine, group=parallel_state.get_pipeline_model_parallel_group())
+    return {name: t for stage in stages for name, t in stage.items()}
+
+
 def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter's gradient at full size (the fp32 main grad where there is one): TP shards
-    gathered along their partition dim."""
+    gathered along their partition dim; under PP, every stage's, by whole-model name."""
     out = {}
     for name, p in model.named_parameters():
         g = grad_of(p)
         assert g is not None, f"{name}: no gradient"
         out[name] = _full(model, name, p, g)
-    return out
+    return _whole_model(model, out)
 
 
 def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter at full size (TP shards gathered), on CPU."""
-    return {name: _full(model, name, p, p.data) for name, p in model.named_parameters()}
+    """Every parameter at full size (TP shards gathered; under PP every stage's), on CPU."""
+    return _whole_model(model, {name: _full(model, name, p, p.data) for name, p in model.named_parameters()})
 
 
 def loss_and_grads(

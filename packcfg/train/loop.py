@@ -24,6 +24,7 @@ from packcfg.train.metrics import MetricsLog, StepMetrics, open_sinks, print_pro
 from packcfg.train.model import build_model, use_transformer_engine
 from packcfg.train.optim import LrSchedule, MasterWeights, build_optimizer
 from packcfg.train.parallel import Layout, clip_grad_norm, context_group, distributed
+from packcfg.train.preflight import pipeline_problems
 from packcfg.train.settings import Batching, DataSettings, TrainSettings
 from packcfg.train.step import forward_backward
 
@@ -49,7 +50,9 @@ class TrainResult:
 def train(config: dict[str, Any], options: TrainOptions | None = None) -> TrainResult:
     options = options or TrainOptions()
     settings = TrainSettings.from_config(config, batching=options.batching, output_dir=options.output_dir)
-    with distributed(tp=settings.model.tp, cp=settings.model.cp) as layout:
+    if problems := pipeline_problems(config, settings.model):
+        raise ValueError(problems[0])
+    with distributed(tp=settings.model.tp, cp=settings.model.cp, pp=settings.model.pp) as layout:
         return _train(config, settings, options, layout)
 
 
@@ -98,7 +101,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
     _say(
         layout,
         f"packcfg train: {s.name} | {s.data.batching} batches | world {layout.world} (TP {layout.tp}, "
-        f"CP {layout.cp}, DP {layout.dp}) | GBS {s.global_batch_size}, MBS {s.micro_batch_size}, "
+        f"CP {layout.cp}, PP {layout.pp}, DP {layout.dp}) | GBS {s.global_batch_size}, MBS {s.micro_batch_size}, "
         f"{plan.micro_batches_per_step} micro-batches/rank/step | attention: "
         f"{'Transformer Engine' if use_te else 'packcfg THD (local spec)'}",
     )

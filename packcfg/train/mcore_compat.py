@@ -27,7 +27,12 @@ facts). Rather than patching megatron, the executor avoids those spots and this 
   `spawn` multiprocessing Manager (`_get_write_results_queue`), a server process that re-imports the
   caller's `__main__` (it hangs under pytest): `cpu_checkpointing` hands it a `fork` queue instead, which
   its forked writer processes can use just as well.
-- megatron's DDP, optimizer and schedules hard-code CUDA: the executor uses a plain torch loop.
+- megatron's DDP, optimizer and schedules hard-code CUDA: the executor uses a plain torch loop, and
+  for pipeline parallelism its own 1F1B schedule (`pipeline.py`): megatron-core 0.16.1
+  `pipeline_parallel/schedules.py` allocates its token counter with `device="cuda"` and
+  `p2p_communication.py` calls `torch.cuda.synchronize()` after every shape exchange.
+- A tied output weight on the last pipeline stage is moved to CUDA before megatron's embedding-group
+  all-reduce (`LanguageModule.setup_embeddings_and_output_layer`): `cpu_tensor_cuda` while building.
 
 Version differences (0.16.1 is the newest for Python 3.11; later releases need 3.12) are handled
 here by feature tests on signatures rather than version numbers where possible.
@@ -98,9 +103,14 @@ def accepts_kwarg(fn: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def initialize_model_parallel(tp: int, cp: int) -> None:
-    """megatron's group set-up for TP x CP x DP (PP 1); gloo groups only where they exist as an option."""
-    kwargs: dict[str, Any] = {"tensor_model_parallel_size": tp, "context_parallel_size": cp}
+def initialize_model_parallel(tp: int, cp: int, pp: int = 1) -> None:
+    """megatron's group set-up for TP x CP x DP x PP (megatron's default rank order, tp-cp-ep-dp-pp:
+    a pipeline stage is a contiguous block of ranks); gloo groups only where they exist as an option."""
+    kwargs: dict[str, Any] = {
+        "tensor_model_parallel_size": tp,
+        "context_parallel_size": cp,
+        "pipeline_model_parallel_size": pp,
+    }
     if accepts_kwarg(parallel_state.initialize_model_parallel, "create_gloo_process_groups"):
         # The executor's own collectives run on the default group; extra gloo groups cost start-up time.
         kwargs["create_gloo_process_groups"] = False
@@ -141,6 +151,22 @@ def cpu_checkpointing() -> Iterator[None]:
             yield
     finally:
         torch.cuda.synchronize = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def cpu_tensor_cuda() -> Iterator[None]:
+    """Only without CUDA: `Tensor.cuda()` returns the tensor itself while a pipeline stage is built.
+    megatron-core 0.16.1 `LanguageModule.setup_embeddings_and_output_layer` moves the tied output
+    weight of the last stage to CUDA before its embedding-group all-reduce (`weight.data.cuda()`)."""
+    if torch.cuda.is_available():
+        yield
+        return
+    original = torch.Tensor.cuda
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = original  # type: ignore[method-assign]
 
 
 def seed_model_parallel_rng(seed: int) -> None:
@@ -226,8 +252,8 @@ def te_layer_spec(qk_layernorm: bool = False) -> ModuleSpec:
 def check_supported(*, use_te: bool, sequence_parallel: bool, pipeline_parallel: int) -> None:
     """Refuse, with the reason, what this executor cannot run (rather than failing deep in megatron)."""
     del use_te, sequence_parallel  # both paths run SP (the local spec through SequenceParallelTorchNorm)
-    if pipeline_parallel != 1:
-        raise ValueError("the packcfg executor runs pipeline_model_parallel_size 1 only")
+    if pipeline_parallel < 1:
+        raise ValueError(f"pipeline_model_parallel_size {pipeline_parallel}: must be at least 1")
 
 
 def model_config_kwargs(config_cls: type, wanted: dict[str, Any]) -> dict[str, Any]:

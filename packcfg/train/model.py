@@ -24,7 +24,8 @@ def use_transformer_engine(settings: ModelSettings) -> bool:
     return settings.transformer_impl == "transformer_engine" and mcore_compat.has_transformer_engine()
 
 
-def transformer_config(settings: ModelSettings, use_te: bool) -> TransformerConfig:
+def transformer_config(settings: ModelSettings, use_te: bool, pp: int | None = None) -> TransformerConfig:
+    """megatron's config for the model; `pp` overrides the pipeline size (1: the whole model)."""
     wanted = dict(
         num_layers=settings.num_layers,
         hidden_size=settings.hidden_size,
@@ -44,7 +45,8 @@ def transformer_config(settings: ModelSettings, use_te: bool) -> TransformerConf
         hidden_dropout=settings.hidden_dropout,
         tensor_model_parallel_size=settings.tp,
         context_parallel_size=settings.cp,
-        pipeline_model_parallel_size=1,
+        pipeline_model_parallel_size=settings.pp if pp is None else pp,
+        pipeline_dtype=torch.bfloat16 if settings.bf16 else torch.float32,  # activations between stages
         sequence_parallel=settings.sequence_parallel and settings.tp > 1,  # off at TP 1, as Bridge (PL603)
         # Full master weights from one seed on CPU, then sliced, on every device: TP=2 starts from
         # TP=1's weights exactly (GPU initialisation draws each shard from a per-rank CUDA RNG).
@@ -64,14 +66,41 @@ def transformer_config(settings: ModelSettings, use_te: bool) -> TransformerConf
 
 
 def build_model(settings: ModelSettings, seed: int) -> GPTModel:
-    """A freshly initialised model; the same seed gives the same full weights at any TP size."""
+    """A freshly initialised model (this rank's pipeline stage under PP); the same seed gives the same
+    full weights at any TP and PP size."""
     use_te = use_transformer_engine(settings)
     mcore_compat.check_supported(
         use_te=use_te, sequence_parallel=settings.sequence_parallel, pipeline_parallel=settings.pp
     )
     mcore_compat.seed_model_parallel_rng(seed)
-    config = transformer_config(settings, use_te)
+    if settings.pp == 1:
+        model = _gpt_model(settings, use_te, transformer_config(settings, use_te))
+    else:
+        from packcfg.train.pipeline import build_stage_model  # (pipeline imports this module)
+
+        config = transformer_config(settings, use_te)
+        model = build_stage_model(
+            whole=lambda: _gpt_model(settings, use_te, transformer_config(settings, use_te, pp=1)),
+            stage=lambda pre, post, layers: _gpt_model(settings, use_te, config, pre, post, layers),
+            config=config,
+        )
+    if torch.cuda.is_available():
+        model = model.cuda()
+    return model
+
+
+def _gpt_model(
+    settings: ModelSettings,
+    use_te: bool,
+    config: TransformerConfig,
+    pre_process: bool = True,
+    post_process: bool = True,
+    num_layers: int | None = None,
+) -> GPTModel:
+    """The GPTModel (or one pipeline stage of it: `num_layers` layers, embedding on the first stage,
+    final norm and output layer on the last, as megatron builds a stage)."""
     rope = settings.position_embedding_type == "rope"
+    layers = settings.num_layers if num_layers is None else num_layers
     if use_te:
         spec = mcore_compat.te_layer_spec(qk_layernorm=settings.qk_layernorm)
         position_embedding = "rope" if rope else "none"
@@ -84,17 +113,17 @@ def build_model(settings: ModelSettings, seed: int) -> GPTModel:
         )
         attention = ModuleSpec(module=PackedCoreAttention, params={"rope": rope_spec if rope else None})
         spec = mcore_compat.local_block_spec(  # local block spec: its norms accept sequence parallel
-            attention, settings.num_layers, qk_layernorm=settings.qk_layernorm
+            attention, layers, qk_layernorm=settings.qk_layernorm
         )
         # packcfg's attention applies RoPE itself (vectorised over THD); megatron's would loop per sample.
         position_embedding = "none"
-    model = GPTModel(
+    return GPTModel(
         config=config,
         transformer_layer_spec=spec,
         vocab_size=settings.vocab_size,
         max_sequence_length=settings.seq_length,
-        pre_process=True,
-        post_process=True,
+        pre_process=pre_process,
+        post_process=post_process,
         share_embeddings_and_output_weights=settings.share_embeddings,
         position_embedding_type=position_embedding,
         rotary_percent=settings.rotary_percent,
@@ -104,6 +133,3 @@ def build_model(settings: ModelSettings, seed: int) -> GPTModel:
         seq_len_interpolation_factor=settings.seq_len_interpolation_factor,
         parallel_output=True,
     )
-    if torch.cuda.is_available():
-        model = model.cuda()
-    return model

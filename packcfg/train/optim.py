@@ -82,8 +82,14 @@ class MasterWeights:
         self.grad_reduce_in_fp32 = grad_reduce_in_fp32
         self.master_params = [torch.nn.Parameter(p.detach().float().clone()) for p in params]
         for master, p in zip(self.master_params, params, strict=True):
-            # Carry megatron's TP attributes so TP-aware grad-norm clipping treats the copy alike.
-            for attr in ("tensor_model_parallel", "partition_dim", "partition_stride", "sequence_parallel"):
+            # Carry megatron's TP (and tied-copy) attributes so grad-norm clipping treats the copy alike.
+            for attr in (
+                "tensor_model_parallel",
+                "partition_dim",
+                "partition_stride",
+                "sequence_parallel",
+                "shared",
+            ):
                 if hasattr(p, attr):
                     setattr(master, attr, getattr(p, attr))
             if grad_reduce_in_fp32:

@@ -1,5 +1,5 @@
 """Process groups: the torch.distributed world (torchrun's, or a world of 1 set up here) and
-megatron's TP x CP x DP groups; plus the two collectives the plain training loop needs."""
+megatron's TP x CP x DP x PP groups; plus the two collectives the plain training loop needs."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def under_torchrun() -> bool:
 
 @dataclass(frozen=True)
 class Layout:
-    """This rank's place in the TP x CP x DP grid."""
+    """This rank's place in the TP x CP x DP x PP grid."""
 
     world: int
     rank: int
@@ -40,6 +40,16 @@ class Layout:
     cp_rank: int
     dp_rank: int
     device: torch.device
+    pp: int = 1
+    pp_rank: int = 0
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
 
     @property
     def is_main(self) -> bool:
@@ -47,7 +57,7 @@ class Layout:
 
 
 @contextlib.contextmanager
-def distributed(tp: int = 1, cp: int = 1) -> Iterator[Layout]:
+def distributed(tp: int = 1, cp: int = 1, pp: int = 1) -> Iterator[Layout]:
     """Join (or create) the process group and build megatron's groups; tear down what was created here.
 
     Under torchrun the env:// variables are used; a bare process becomes a world of 1 on a free port.
@@ -67,16 +77,17 @@ def distributed(tp: int = 1, cp: int = 1) -> Iterator[Layout]:
             )
         created_world = True
     world = dist.get_world_size()
-    if world % (tp * cp):
-        raise ValueError(f"world size {world} is not divisible by TP*CP = {tp * cp}")
+    if world % (tp * cp * pp):
+        raise ValueError(f"world size {world} is not divisible by TP*CP*PP = {tp * cp * pp}")
     created_groups = not parallel_state.model_parallel_is_initialized()
     if created_groups:
-        mcore_compat.initialize_model_parallel(tp, cp)
+        mcore_compat.initialize_model_parallel(tp, cp, pp)
     elif (
         parallel_state.get_tensor_model_parallel_world_size(),
         parallel_state.get_context_parallel_world_size(),
-    ) != (tp, cp):
-        raise RuntimeError("model-parallel groups already exist with other TP/CP sizes")
+        parallel_state.get_pipeline_model_parallel_world_size(),
+    ) != (tp, cp, pp):
+        raise RuntimeError("model-parallel groups already exist with other TP/CP/PP sizes")
     try:
         yield Layout(
             world=world,
@@ -90,6 +101,8 @@ def distributed(tp: int = 1, cp: int = 1) -> Iterator[Layout]:
             device=torch.device("cuda", torch.cuda.current_device())
             if torch.cuda.is_available()
             else torch.device("cpu"),
+            pp=pp,
+            pp_rank=parallel_state.get_pipeline_model_parallel_rank(),
         )
     finally:
         if created_groups:
@@ -169,18 +182,40 @@ def tp_partial_grad_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     ]
 
 
-def finalize_model_grads(model: torch.nn.Module, *, reduce_tp_partial: bool = True) -> None:
-    """What megatron's `finalize_model_grads` does for PP 1: sum the gradients over DP x CP, then sum
-    the TP-partial gradients of replicated parameters (`tp_partial_grad_params`) over the TP group.
-    `reduce_tp_partial=False` is the `sp_grads_not_reduced` control."""
+def finalize_model_grads(
+    model: torch.nn.Module, *, reduce_tp_partial: bool = True, reduce_embedding: bool = True
+) -> None:
+    """What megatron-core 0.16.1's `distributed/finalize_model_grads.py` does, in its order: sum the
+    gradients over DP x CP, then the TP-partial gradients of replicated parameters
+    (`tp_partial_grad_params`) over the TP group, then, under PP with tied embeddings, the word
+    embedding's gradient over the embedding group (first and last stage, `_allreduce_word_embedding_grads`).
+    `reduce_tp_partial=False` is the `sp_grads_not_reduced` control, `reduce_embedding=False` the
+    `pp_embedding_grads_not_reduced` one."""
     params = [p for p in model.parameters() if p.requires_grad]
     all_reduce_gradients(params, data_context_group())
     tp_group = parallel_state.get_tensor_model_parallel_group()
-    if not reduce_tp_partial or dist.get_world_size(tp_group) == 1:
+    if reduce_tp_partial and dist.get_world_size(tp_group) > 1:
+        grads = [g for g in map(grad_of, tp_partial_grad_params(model)) if g is not None]
+        if grads:
+            _all_reduce_flat(grads, tp_group)
+    if reduce_embedding:
+        _all_reduce_tied_embedding_grad(model)
+
+
+def _all_reduce_tied_embedding_grad(model: torch.nn.Module) -> None:
+    """PP > 1 with `share_embeddings_and_output_weights`: the first stage's word embedding and the
+    last stage's copy of it (the output layer) each hold part of the tied weight's gradient; both get
+    the sum, so both copies take the same update (megatron's `_allreduce_word_embedding_grads`)."""
+    if parallel_state.get_pipeline_model_parallel_world_size() == 1:
         return
-    grads = [g for g in map(grad_of, tp_partial_grad_params(model)) if g is not None]
-    if grads:
-        _all_reduce_flat(grads, tp_group)
+    if not getattr(model, "share_embeddings_and_output_weights", False):
+        return
+    if not parallel_state.is_rank_in_embedding_group(ignore_virtual=True):
+        return
+    group = parallel_state.get_embedding_group()
+    grad = grad_of(model.shared_embedding_or_output_weight())  # type: ignore[operator]
+    if grad is not None and dist.get_world_size(group) > 1:
+        dist.all_reduce(grad, group=group)
 
 
 def clip_grad_norm(
@@ -188,20 +223,26 @@ def clip_grad_norm(
 ) -> float:
     """Global grad norm over the whole model, as megatron-core's `get_grad_norm_fp32`: squares of
     TP-sharded gradients on every TP rank plus those of TP-replicated parameters on TP rank 0 only
-    (`param_is_not_tensor_parallel_duplicate`), summed over the TP group. Replicated gradients are equal
-    on all TP ranks by then (`finalize_model_grads` summed the SP/q-k norm ones), so each counts once.
-    Scales grads in place when above `max_norm`. `sum_over_tp=False` is the
-    `grad_norm_not_summed_over_tp` control."""
+    (`param_is_not_tensor_parallel_duplicate`), summed over the TP group, then over the pipeline
+    stages. Replicated gradients are equal on all TP ranks by then (`finalize_model_grads` summed the
+    SP/q-k norm ones), so each counts once; the last stage's copy of a tied embedding (`shared`, as
+    megatron marks it) is skipped (`param_is_not_shared`). Scales grads in place when above
+    `max_norm`. `sum_over_tp=False` is the `grad_norm_not_summed_over_tp` control."""
     tp_group = parallel_state.get_tensor_model_parallel_group()
     tp_rank = dist.get_rank(tp_group)
     grads = [(p, g) for p in params if (g := grad_of(p)) is not None]
     device = grads[0][1].device if grads else torch.device("cpu")
     total = torch.zeros((), dtype=torch.float64, device=device)
     for p, g in grads:
+        if getattr(p, "shared", False):
+            continue
         if getattr(p, "tensor_model_parallel", False) or tp_rank == 0:
             total += g.detach().double().pow(2).sum()
     if sum_over_tp and dist.get_world_size(tp_group) > 1:
         dist.all_reduce(total, group=tp_group)
+    pp_group = parallel_state.get_pipeline_model_parallel_group()
+    if dist.get_world_size(pp_group) > 1:
+        dist.all_reduce(total, group=pp_group)
     norm = float(total.sqrt())
     if max_norm > 0 and norm > max_norm:
         scale = max_norm / (norm + 1e-6)

@@ -87,8 +87,61 @@ def logger_problems(config: dict[str, Any]) -> list[str]:
     return out
 
 
+# Config fields that make the executor write or read weights files, which it cannot do under PP yet.
+_PP_WEIGHT_FILES = (
+    ("checkpoint", "save"),
+    ("checkpoint", "load"),
+    ("checkpoint", "pretrained_checkpoint"),
+    ("model", "hf_path"),
+)
+
+
+# Pipeline layouts megatron-core knows and the executor's 1F1B schedule does not run (it splits the layers
+# evenly, `get_num_layers_to_build`, one model chunk per stage).
+_PP_LAYOUT_KEYS = (
+    "virtual_pipeline_model_parallel_size",
+    "pipeline_model_parallel_layout",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+)
+
+
+def pipeline_problems(config: dict[str, Any], model: ModelSettings) -> list[str]:
+    """Pipeline parallelism trains (even split, non-interleaved 1F1B), but checkpoints are per TP rank
+    only (every stage would write and read the same file) and Hugging Face weights load into a whole
+    model: refuse those fields, and uneven or interleaved layouts, under PP."""
+    if model.pp <= 1:
+        return []
+    section = config.get("model") or {}
+    out = []
+    for key in _PP_LAYOUT_KEYS:
+        value = section.get(key)
+        unused = (
+            value in (None, "", 1) if key == "virtual_pipeline_model_parallel_size" else value in (None, "")
+        )
+        if not unused:
+            out.append(
+                f"model.{key}: {value!r}: the packcfg executor splits the layers evenly over the pipeline "
+                "stages without interleaving; unset it"
+            )
+    for section, key in _PP_WEIGHT_FILES:
+        value = (config.get(section) or {}).get(key)
+        if value:
+            out.append(
+                f"{section}.{key}: {value!r} with model.pipeline_model_parallel_size {model.pp}: the packcfg "
+                f"executor does not save or load weights under pipeline parallelism yet; unset {section}.{key} "
+                "or train with pipeline_model_parallel_size 1"
+            )
+    return out
+
+
 def preflight(config: dict[str, Any], base: Path | None = None) -> list[str]:
     """Every problem found, one line each (empty: the run may start)."""
     model = ModelSettings.from_config(config)
     kv_set = (config.get("model") or {}).get("kv_channels") is not None
-    return model_problems(model, kv_set) + vocab_problems(config, model, base) + logger_problems(config)
+    return (
+        model_problems(model, kv_set)
+        + pipeline_problems(config, model)
+        + vocab_problems(config, model, base)
+        + logger_problems(config)
+    )

@@ -172,6 +172,15 @@ def _sequence_parallel_ready(model: torch.nn.Module, mb: MicroBatch) -> MicroBat
     return pad_for_sequence_parallel(mb, tp)
 
 
+def accumulate_main_grads(params: Sequence[torch.nn.Parameter]) -> None:
+    """megatron DDP's grad hook for parameters with an fp32 `main_grad`: add the micro-batch's
+    gradient into it and drop the bf16 one."""
+    for p in params:
+        if p.grad is not None:
+            p.main_grad.add_(p.grad)
+            p.grad = None
+
+
 def forward_backward(
     model: torch.nn.Module,
     micro_batches: Sequence[MicroBatch],
@@ -182,10 +191,15 @@ def forward_backward(
 ) -> tuple[float, StepTokens]:
     """Accumulate gradients of the global per-token loss over this rank's micro-batches (into fp32
     `main_grad`s where the parameters have them), reduce them as megatron's `finalize_model_grads`
-    does, and return the global loss and token counts. Batches go to the model's device."""
+    does, and return the global loss and token counts. Batches go to the model's device. Under pipeline
+    parallelism, the 1F1B schedule of `pipeline.pipelined_forward_backward`."""
+    device = device or model_device(model)
+    if parallel_state.get_pipeline_model_parallel_world_size() > 1:
+        from packcfg.train.pipeline import pipelined_forward_backward  # (pipeline imports this module)
+
+        return pipelined_forward_backward(model, micro_batches, faults=faults, use_te=use_te, device=device)
     micro_batches = [_sequence_parallel_ready(model, mb) for mb in micro_batches]
     tokens = count_tokens(micro_batches)
-    device = device or model_device(model)
     denominator = max(tokens.loss_tokens, 1)
     params = [p for p in model.parameters() if p.requires_grad]
     main = [p for p in params if getattr(p, "main_grad", None) is not None]
@@ -204,10 +218,7 @@ def forward_backward(
             else:
                 scaled = loss_sum / denominator
             scaled.backward()
-        for p in main:  # megatron DDP's grad hook: main_grad += grad, then drop the bf16 grad
-            if p.grad is not None:
-                p.main_grad.add_(p.grad)
-                p.grad = None
+        accumulate_main_grads(main)
         local_loss += float(scaled.detach())
     finalize_model_grads(model, reduce_tp_partial=not faults.sp_grads_not_reduced)
     (loss,) = all_reduce_sum([local_loss], data_context_group())
