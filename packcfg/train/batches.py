@@ -43,6 +43,7 @@ class Faults:
     resume_data_from_start: bool = False  # resume restores the model but replays data from the start
     sp_grads_not_reduced: bool = False  # SP norm weights keep their TP-partial grads (no TP all-reduce)
     grad_norm_not_summed_over_tp: bool = False  # clipping norm from this rank's TP shards only
+    dpo_ref_wrong_segment: bool = False  # DPO: each sample's reference log-prob read from the next segment
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Faults:

@@ -17,14 +17,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from tests.train.cases import run_case  # noqa: E402
+from tests.train.cases import run_case, run_dpo_case  # noqa: E402
 
 
 def main() -> None:
     case, out, faults = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
     dist.init_process_group("gloo")
     try:
-        results = run_case(case, ["none", *faults])
+        variants = ["none", *faults]
+        results = run_dpo_case(variants) if case == "dpo" else run_case(case, variants)
         if dist.get_rank() == 0:
             torch.save(results, out)
     finally:
