@@ -25,18 +25,28 @@ disk, and stays right when packs are re-planned (precomputed values would be tie
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch, Sample, pack_thd, pad_batch
+from packcfg.train.metrics import StepMetrics
 from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
-from packcfg.train.step import _sequence_parallel_ready, _to_device, model_device, per_token_losses
+from packcfg.train.step import (
+    StepTokens,
+    _sequence_parallel_ready,
+    _to_device,
+    count_tokens,
+    model_device,
+    per_token_losses,
+)
 
 LOSS_TYPES = ("dpo", "ipo")
+BETA_KEYS = ("ref_policy_kl_penalty", "reference_policy_kl_penalty", "beta")
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,23 @@ class DpoSettings:
     beta: float = 0.1
     label_smoothing: float = 0.0
     loss_type: str = "dpo"
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> DpoSettings:
+        """The `dpo:` section. Beta under NeMo Aligner's `ref_policy_kl_penalty`, NeMo RL's
+        `reference_policy_kl_penalty` or `beta`; the loss under Aligner's `preference_loss`."""
+        d = config.get("dpo") or {}
+        if not isinstance(d, dict):
+            raise ValueError(f"dpo: expected a mapping, got {type(d).__name__}")
+        beta = next((d[k] for k in BETA_KEYS if d.get(k) is not None), cls.beta)
+        try:
+            return cls(
+                beta=float(beta),
+                label_smoothing=float(d.get("label_smoothing", 0.0)),
+                loss_type=str(d.get("preference_loss", "dpo")),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc) if str(exc).startswith("dpo.") else f"dpo: {exc}") from None
 
     def __post_init__(self) -> None:
         if self.loss_type not in LOSS_TYPES:
@@ -73,6 +100,16 @@ class DpoStep:
     chosen_reward: float
     rejected_reward: float
 
+    def metrics(self) -> dict[str, float | int]:
+        """The `DpoStepMetrics` fields of this step."""
+        return {
+            "pairs": self.pairs,
+            "reward_accuracy": self.reward_accuracy,
+            "reward_margin": self.reward_margin,
+            "chosen_reward": self.chosen_reward,
+            "rejected_reward": self.rejected_reward,
+        }
+
 
 def pack_pairs(pairs: Sequence[Pair], pad_to: int | None = None, faults: Faults = NO_FAULTS) -> MicroBatch:
     """Whole pairs in one THD row: chosen, rejected, chosen, rejected, ... then padding."""
@@ -93,7 +130,9 @@ def sequence_logps(losses: Tensor, mb: MicroBatch, samples: int) -> Tensor:
     cu = mb.thd.cu_seqlens_list
     assert cu is not None
     if mb.thd.kv_gather_index is not None or len(cu) - 1 < samples:
-        raise ValueError("DPO needs unsplit THD packs holding whole pairs (context parallel is not supported)")
+        raise ValueError(
+            "DPO needs unsplit THD packs holding whole pairs (context parallel is not supported)"
+        )
     row = token_logps[0]
     return torch.stack([row[cu[i] : cu[i + 1]].sum() for i in range(samples)])
 
@@ -117,7 +156,9 @@ def _pairs_in(mb: MicroBatch) -> int:
         assert mb.thd.cu_seqlens_list is not None
         rows = len(mb.thd.cu_seqlens_list) - 1 - int(mb.thd.padding_segment)
     if rows % 2:
-        raise ValueError(f"a DPO micro-batch holds {rows} sequences; it must hold whole pairs (chosen, rejected)")
+        raise ValueError(
+            f"a DPO micro-batch holds {rows} sequences; it must hold whole pairs (chosen, rejected)"
+        )
     return rows // 2
 
 
@@ -179,3 +220,69 @@ def dpo_forward_backward(
         chosen_reward=chosen_sum / denominator,
         rejected_reward=rejected_sum / denominator,
     )
+
+
+@dataclass(frozen=True)
+class DpoStepMetrics(StepMetrics):
+    """A DPO step's metrics.jsonl line: the SFT fields (loss = the DPO loss) plus the preference
+    metrics, means over the step's pairs (rewards are beta * (policy - reference) log-probs)."""
+
+    pairs: int = 0
+    reward_accuracy: float = 0.0
+    reward_margin: float = 0.0
+    chosen_reward: float = 0.0
+    rejected_reward: float = 0.0
+
+
+def dpo_refusals(cp: int, batching: str) -> list[str]:
+    """Why a DPO run cannot start with this layout (empty: it can)."""
+    out = []
+    if cp > 1:
+        out.append(
+            f"recipe.mode dpo: context_parallel_size {cp} is not supported (sequence log-probs need each "
+            "pair's tokens on one rank); set model.context_parallel_size: 1"
+        )
+    if batching != "packed":
+        out.append(
+            f"recipe.mode dpo: {batching} batches are not supported; DPO trains on offline packs of pairs"
+        )
+    return out
+
+
+def dpo_setup(config: dict[str, Any], batching: str, cp: int) -> DpoSettings | None:
+    """The run's DPO settings when `recipe.mode` is dpo (None otherwise); raises ValueError (one line)
+    for a layout DPO cannot train."""
+    if (config.get("recipe") or {}).get("mode") != "dpo":
+        return None
+    problems = dpo_refusals(cp, batching)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return DpoSettings.from_config(config)
+
+
+def frozen_reference(model: torch.nn.Module, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    """The reference policy: a fresh model from `build` (same shape and parallel layout) holding the
+    model's weights as they are now (its initial weights), in the model's dtype, frozen. Built rather
+    than deep-copied: megatron modules hold process groups, which do not copy."""
+    reference = build().to(next(model.parameters()).dtype)
+    reference.load_state_dict(model.state_dict())
+    reference.eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
+
+
+def dpo_step_on(
+    model: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    micro_batches: Sequence[MicroBatch],
+    settings: DpoSettings,
+    faults: Faults,
+    device: torch.device | None,
+) -> tuple[float, StepTokens, DpoStep]:
+    """One DPO step's forward/backward for the training loop: (loss, token counts, DPO metrics)."""
+    assert reference is not None
+    tokens = count_tokens(micro_batches)
+    refs = reference_logps(reference, micro_batches)
+    step = dpo_forward_backward(model, micro_batches, refs, settings, faults=faults, device=device)
+    return step.loss, tokens, step

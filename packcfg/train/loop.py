@@ -18,6 +18,8 @@ from packcfg.train.batches import (
 )
 from packcfg.train.checkpoint import load_checkpoint, load_weights, resolve_checkpoint, save_checkpoint
 from packcfg.train.data import BatchPlan, PackedParquet, SampleUnits, Units
+from packcfg.train.dpo import DpoStepMetrics as dpo_metrics
+from packcfg.train.dpo import dpo_setup, dpo_step_on, frozen_reference
 from packcfg.train.hf.config import hf_source
 from packcfg.train.hf.convert import load_hf_weights
 from packcfg.train.metrics import MetricsLog, StepMetrics, print_progress
@@ -68,6 +70,8 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
     optimizer = build_optimizer(model, s.optim, params)
     schedule = LrSchedule(optimizer, s.optim)
 
+    dpo = dpo_setup(config, s.data.batching, layout.cp)  # None unless recipe.mode is dpo
+
     start = 0
     resume_dir = _resume_dir(s) if options.resume or s.load_dir else None
     if resume_dir is not None:
@@ -83,6 +87,9 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         load_weights(pretrained, layout, model, master)
         _say(layout, f"initial weights from {pretrained}")
 
+    reference = (
+        frozen_reference(model, lambda: build_model(s.model, s.seed)) if dpo is not None else None
+    )  # after the initial weights
     metrics = MetricsLog(s.output_dir / "metrics.jsonl", enabled=layout.is_main, resume_from=start)
     result = TrainResult(output_dir=s.output_dir, start_step=start)
     _say(
@@ -108,9 +115,14 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
                 split_for_context_parallel(mb, layout.cp, layout.cp_rank, context_group(), options.faults)
                 for mb in micro_batches
             ]
-        loss, tokens = forward_backward(
-            model, micro_batches, faults=options.faults, use_te=use_te, device=layout.device
-        )
+        if dpo is not None:
+            loss, tokens, dpo_step = dpo_step_on(
+                model, reference, micro_batches, dpo, options.faults, layout.device
+            )
+        else:
+            loss, tokens = forward_backward(
+                model, micro_batches, faults=options.faults, use_te=use_te, device=layout.device
+            )
         if master is not None:
             master.grads_to_master()
         grad_norm = clip_grad_norm(params, s.optim.clip_grad)
@@ -120,7 +132,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         step_time = time.perf_counter() - t0
 
         # ---- log
-        m = StepMetrics(
+        m = (dpo_metrics if dpo is not None else StepMetrics)(
             step=step + 1,
             loss=loss,
             lr=lr,
@@ -129,6 +141,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
             padded_tokens=tokens.padded_tokens,
             tokens_per_s=tokens.real_tokens / step_time,
             step_time=step_time,
+            **(dpo_step.metrics() if dpo is not None else {}),
         )
         metrics.write(m)
         result.losses.append(loss)

@@ -198,7 +198,7 @@ def synthetic_pairs(n: int, seed: int = 0) -> list[Any]:
     for _ in range(n):
         prompt = rng.integers(1, VOCAB, int(rng.integers(2, 8)))
 
-        def answer() -> Sample:
+        def answer(prompt: np.ndarray = prompt) -> Sample:
             ids = np.concatenate([prompt, rng.integers(1, VOCAB, int(rng.integers(2, 14)))])
             mask = np.zeros(len(ids), np.int8)
             mask[len(prompt) - 1 : len(ids) - 1] = 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from packcfg.train.batches import Faults
+from packcfg.train.batches import NO_FAULTS, Faults
 from packcfg.train.dpo import (
     DpoSettings,
     dpo_forward_backward,
@@ -34,7 +34,7 @@ def reference_model(tiny_world):
     return build_model(settings.model, settings.seed + 1)
 
 
-def _run(model, reference, batches, settings: DpoSettings, faults: Faults = Faults()) -> LossAndGrads:
+def _run(model, reference, batches, settings: DpoSettings, faults: Faults = NO_FAULTS) -> LossAndGrads:
     refs = reference_logps(reference, batches)
     model.zero_grad(set_to_none=False)
     step = dpo_forward_backward(model, batches, refs, settings, faults=faults)
@@ -51,7 +51,11 @@ def _packed_vs_unpacked(model, reference, settings: DpoSettings, faults: Faults)
 
 @pytest.mark.parametrize(
     "settings",
-    [DpoSettings(beta=0.5), DpoSettings(beta=0.1, label_smoothing=0.2), DpoSettings(beta=0.5, loss_type="ipo")],
+    [
+        DpoSettings(beta=0.5),
+        DpoSettings(beta=0.1, label_smoothing=0.2),
+        DpoSettings(beta=0.5, loss_type="ipo"),
+    ],
     ids=["dpo", "dpo_label_smoothing", "ipo"],
 )
 def test_packed_dpo_equals_unpacked(tiny_world, reference_model, settings):
@@ -61,7 +65,9 @@ def test_packed_dpo_equals_unpacked(tiny_world, reference_model, settings):
 
 def test_reference_from_wrong_segment_control_breaks(tiny_world, reference_model):
     model, _ = tiny_world
-    assert _packed_vs_unpacked(model, reference_model, DpoSettings(beta=0.5), Faults(dpo_ref_wrong_segment=True))
+    assert _packed_vs_unpacked(
+        model, reference_model, DpoSettings(beta=0.5), Faults(dpo_ref_wrong_segment=True)
+    )
 
 
 def test_pair_split_across_packs_is_refused(tiny_world, reference_model):
