@@ -36,6 +36,7 @@ from torch import Tensor
 from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch, Sample, pack_thd, pad_batch
 from packcfg.train.metrics import StepMetrics
 from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
+from packcfg.train.preflight import dpo_refusals
 from packcfg.train.step import (
     StepTokens,
     _sequence_parallel_ready,
@@ -232,21 +233,6 @@ class DpoStepMetrics(StepMetrics):
     reward_margin: float = 0.0
     chosen_reward: float = 0.0
     rejected_reward: float = 0.0
-
-
-def dpo_refusals(cp: int, batching: str) -> list[str]:
-    """Why a DPO run cannot start with this layout (empty: it can)."""
-    out = []
-    if cp > 1:
-        out.append(
-            f"recipe.mode dpo: context_parallel_size {cp} is not supported (sequence log-probs need each "
-            "pair's tokens on one rank); set model.context_parallel_size: 1"
-        )
-    if batching != "packed":
-        out.append(
-            f"recipe.mode dpo: {batching} batches are not supported; DPO trains on offline packs of pairs"
-        )
-    return out
 
 
 def dpo_setup(config: dict[str, Any], batching: str, cp: int) -> DpoSettings | None:

@@ -73,4 +73,31 @@ def preflight(config: dict[str, Any], base: Path | None = None) -> list[str]:
     """Every problem found, one line each (empty: the run may start)."""
     model = ModelSettings.from_config(config)
     kv_set = (config.get("model") or {}).get("kv_channels") is not None
-    return model_problems(model, kv_set) + vocab_problems(config, model, base)
+    return model_problems(model, kv_set) + vocab_problems(config, model, base) + mode_problems(config, model)
+
+
+def mode_problems(config: dict[str, Any], model: ModelSettings) -> list[str]:
+    """Layouts the executor cannot train in the recipe's mode (DPO: packcfg.train.dpo)."""
+    if (config.get("recipe") or {}).get("mode") == "dpo":
+        return dpo_refusals(model.cp, "packed" if _offline_packed(config) else "unpacked")
+    return []
+
+
+def _offline_packed(config: dict[str, Any]) -> bool:
+    return (config.get("dataset") or {}).get("enable_offline_packing") is True
+
+
+def dpo_refusals(cp: int, batching: str) -> list[str]:
+    """Why a DPO run cannot start with this layout (empty: it can)."""
+    out = []
+    if cp > 1:
+        out.append(
+            f"recipe.mode dpo: model.context_parallel_size {cp} is not supported (a sample's log-probability "
+            "is summed on one rank; the CP split spreads it over ranks); set model.context_parallel_size: 1"
+        )
+    if batching != "packed":
+        out.append(
+            f"recipe.mode dpo: {batching} batches are not supported; DPO trains on offline packs of whole pairs "
+            "(dataset.enable_offline_packing: true)"
+        )
+    return out

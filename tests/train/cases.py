@@ -225,10 +225,11 @@ def pair_packs(pairs: list[Any], capacity: int) -> list[list[Any]]:
 DPO_PAIRS = 12
 
 
-def run_dpo_case(variants: list[str]) -> dict[str, Any]:
-    """DPO loss and full gradients of one global batch (all packs of `DPO_PAIRS` pairs), the packs
-    dealt to DP ranks contiguously, in the current world (DP only) or a world of 1. The reference
-    model is the same architecture from another seed, so policy and reference differ."""
+def run_dpo_case(variants: list[str], tp_case: bool = False) -> dict[str, Any]:
+    """DPO loss and full gradients of one global batch (all packs of `DPO_PAIRS` pairs) in the
+    current world or a world of 1: the world is DP (packs dealt to ranks contiguously) or, with
+    `tp_case`, TP (every rank sees every pack). The reference model is the same architecture from
+    another seed, so policy and reference differ."""
     import torch.distributed as dist
 
     from packcfg.train.batches import Faults
@@ -239,14 +240,15 @@ def run_dpo_case(variants: list[str]) -> dict[str, Any]:
     from packcfg.train.settings import TrainSettings
 
     world = dist.get_world_size() if dist.is_initialized() else 1
-    settings = TrainSettings.from_config(tiny_config())
+    tp = world if tp_case else 1
+    settings = TrainSettings.from_config(tiny_config(model={"tensor_model_parallel_size": tp}))
     packs = pair_packs(synthetic_pairs(DPO_PAIRS, seed=5), settings.data.pack_size)
     assert len(packs) % 2 == 0, "the DP case needs an even number of packs"
     results = {}
-    with distributed() as layout:
+    with distributed(tp=tp) as layout:
         model = build_model(settings.model, settings.seed)
         reference = build_model(settings.model, settings.seed + 1)
-        share = len(packs) // world
+        share = len(packs) // layout.dp
         mine = packs[layout.dp_rank * share : (layout.dp_rank + 1) * share]
         for variant in variants:
             faults = Faults.from_names([] if variant == "none" else [variant])

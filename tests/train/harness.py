@@ -25,7 +25,10 @@ def main() -> None:
     dist.init_process_group("gloo")
     try:
         variants = ["none", *faults]
-        results = run_dpo_case(variants) if case == "dpo" else run_case(case, variants)
+        if case.startswith("dpo"):  # "dpo" (DP over the world) or "dpo_tp" (TP over the world)
+            results = run_dpo_case(variants, tp_case=case == "dpo_tp")
+        else:
+            results = run_case(case, variants)
         if dist.get_rank() == 0:
             torch.save(results, out)
     finally:

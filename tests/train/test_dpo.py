@@ -95,10 +95,79 @@ def test_dpo_loss_matches_closed_form():
     assert float(better[0]) < float(loss[0])
 
 
-def test_dp2_equals_dp1(tmp_path):
+@pytest.mark.parametrize("case", ["dpo", "dpo_tp"], ids=["dp2_vs_dp1", "tp2_vs_tp1"])
+def test_two_ranks_equal_one(tmp_path, case):
     reference = run_dpo_case(["none"])["none"]
     out = tmp_path / "dpo.pt"
-    run_torchrun(["tests/train/harness.py", "dpo", str(out), "dpo_ref_wrong_segment"])
+    run_torchrun(["tests/train/harness.py", case, str(out), "dpo_ref_wrong_segment"])
     results = load_results(out)
     assert compare(reference, results["none"]) == []
     assert compare(reference, results["dpo_ref_wrong_segment"])
+
+
+# ---- the recipe: packs of whole pairs, trained by `packcfg train` from a clean folder
+
+RECIPE = "recipes/tiny_cpu_dpo.yaml"
+
+
+def _train_cli(cwd, *args: str):
+    import os
+    import subprocess
+    import sys
+
+    from .cases import REPO_ROOT
+
+    return subprocess.run(
+        [sys.executable, "-m", "packcfg", "train", str(REPO_ROOT / RECIPE), *args],
+        cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+
+
+def test_recipe_trains_on_whole_ordered_pairs(tmp_path):
+    """Two DP processes, three steps: metrics carry the DPO fields, and every pack of the packed file
+    holds whole pairs, chosen (source line 2k) then rejected (2k+1)."""
+    from collections import defaultdict
+
+    from packcfg import packing
+    from packcfg.core.config import load_config
+    from packcfg.train.data import PackedParquet
+    from packcfg.train.metrics import read_metrics
+
+    from .cases import REPO_ROOT
+
+    proc = _train_cli(tmp_path, "train.train_iters=3", "checkpoint.save_interval=0")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_metrics(tmp_path / "runs/tiny_cpu_dpo/metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[0]["reward_margin"] == 0.0  # step 1: policy == reference
+    assert all(r["pairs"] > 0 and 0 <= r["reward_accuracy"] <= 1 for r in rows)
+
+    where = defaultdict(set)
+    for i, (ids, _) in enumerate(packing.tokenized_samples(load_config([REPO_ROOT / RECIPE]))):
+        where[tuple(int(x) for x in ids)].add(i)
+    units = PackedParquet(tmp_path / "runs/tiny_cpu_dpo/packed/train.parquet")
+    pairs = 0
+    for u in range(len(units)):
+        samples = [where[tuple(int(x) for x in s.input_ids)] for s in units[u]]
+        assert len(samples) % 2 == 0, f"pack {u} holds half a pair"
+        for chosen, rejected in zip(samples[0::2], samples[1::2], strict=True):
+            assert any(c % 2 == 0 and c + 1 in rejected for c in chosen), (
+                f"pack {u}: not a (chosen, rejected) pair"
+            )
+            pairs += 1
+    assert pairs == 512
+
+
+def test_dpo_with_context_parallel_is_refused(tmp_path):
+    proc = _train_cli(
+        tmp_path,
+        "model.context_parallel_size=2",
+        "train.train_iters=1",
+        "--nproc-per-node",
+        "2",
+        "--allow",
+        "CP203",
+    )  # CP203 (pack alignment for CP) would refuse first; the DPO refusal is preflight's
+    assert proc.returncode != 0
+    assert "recipe.mode dpo: model.context_parallel_size 2 is not supported" in proc.stderr
+    assert "Traceback" not in proc.stderr
