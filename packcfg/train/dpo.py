@@ -1,10 +1,11 @@
 """DPO on packed pairs: sequence log-probabilities from THD per-token losses, and the DPO loss.
 
-Layout (NeMo Aligner's packed DPO, `nemo_aligner/data/nlp/datasets.py` `DPOPackedDataset` and
-`examples/nlp/data/dpo/prepare_packed_dpo_dataset.py`, v0.7): a pack holds whole pairs, each pair's
-chosen sample followed by its rejected sample, so a pair is never split across packs; micro-batch size
-is 1 pack and the global batch counts pairs. Here a micro-batch holds whole pairs, `2 * pairs` real
-segments in chosen/rejected order, then at most a padding segment.
+Layout (NeMo Aligner's packed DPO: `prepare_packed_dpo_dataset.py`, 2024, concatenates each example's
+chosen and rejected sequences, chosen first, packs that concatenation as one unit and records both
+boundaries in `seq_boundaries`; training then runs MBS 1 with the GBS rescaled by the packing factor, NeMo
+Framework 25.02 DPO guide): a pack holds whole pairs, chosen then rejected, never split across packs.
+Here a micro-batch holds whole pairs, `2 * pairs` real segments in chosen/rejected order, then at most
+a padding segment (packcfg's planner, `pairs`, keeps samples 2k and 2k+1 adjacent).
 
 Log-probabilities: the model's per-token loss is the cross entropy of the label, so log p(label) =
 -CE; a sample's log-probability is the sum over its supervised (loss-mask) tokens, as Aligner's
