@@ -165,13 +165,17 @@ def _pairs_in(mb: MicroBatch) -> int:
 
 
 @torch.no_grad()
-def reference_logps(reference: torch.nn.Module, micro_batches: Sequence[MicroBatch]) -> list[Tensor]:
+def reference_logps(
+    reference: torch.nn.Module, micro_batches: Sequence[MicroBatch], use_te: bool = False
+) -> list[Tensor]:
     """The frozen reference model's sequence log-probs of every micro-batch (no graph)."""
     out = []
     device = model_device(reference)
     for mb in micro_batches:
         mb = _to_device(_sequence_parallel_ready(reference, mb), device)
-        out.append(sequence_logps(per_token_losses(reference, mb), mb, 2 * _pairs_in(mb)).cpu())
+        out.append(
+            sequence_logps(per_token_losses(reference, mb, use_te=use_te), mb, 2 * _pairs_in(mb)).cpu()
+        )
     return out
 
 
@@ -183,6 +187,7 @@ def dpo_forward_backward(
     *,
     faults: Faults = NO_FAULTS,
     device: torch.device | None = None,
+    use_te: bool = False,
 ) -> DpoStep:
     """Accumulate gradients of the global DPO loss (mean over the global batch's pairs) over this
     rank's micro-batches, reduce them as `step.forward_backward` does, and return loss and metrics."""
@@ -197,7 +202,7 @@ def dpo_forward_backward(
     local = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss, correct, margin, chosen, rejected (sums)
     for mb, pairs, ref in zip(micro_batches, counts, ref_logps, strict=True):
         mb = _to_device(mb, device)
-        policy = sequence_logps(per_token_losses(model, mb), mb, 2 * pairs)
+        policy = sequence_logps(per_token_losses(model, mb, use_te=use_te), mb, 2 * pairs)
         ref = ref.to(policy.device)
         if faults.dpo_ref_wrong_segment:  # the control: each sample scored against its neighbour's reference
             ref = ref.roll(1)
@@ -247,12 +252,11 @@ def dpo_setup(config: dict[str, Any], batching: str, cp: int) -> DpoSettings | N
     return DpoSettings.from_config(config)
 
 
-def frozen_reference(model: torch.nn.Module, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
-    """The reference policy: a fresh model from `build` (same shape and parallel layout) holding the
-    model's weights as they are now (its initial weights), in the model's dtype, frozen. Built rather
-    than deep-copied: megatron modules hold process groups, which do not copy."""
-    reference = build().to(next(model.parameters()).dtype)
-    reference.load_state_dict(model.state_dict())
+def frozen_reference(build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    """The reference policy: the model `build` returns (the run's initial weights, same shape and
+    parallel layout), frozen. Built rather than copied from the policy: a resumed policy no longer holds
+    the initial weights, and megatron modules hold process groups, which do not deep-copy."""
+    reference = build()
     reference.eval()
     for p in reference.parameters():
         p.requires_grad_(False)
@@ -266,10 +270,13 @@ def dpo_step_on(
     settings: DpoSettings,
     faults: Faults,
     device: torch.device | None,
+    use_te: bool = False,
 ) -> tuple[float, StepTokens, DpoStep]:
     """One DPO step's forward/backward for the training loop: (loss, token counts, DPO metrics)."""
     assert reference is not None
     tokens = count_tokens(micro_batches)
-    refs = reference_logps(reference, micro_batches)
-    step = dpo_forward_backward(model, micro_batches, refs, settings, faults=faults, device=device)
+    refs = reference_logps(reference, micro_batches, use_te=use_te)
+    step = dpo_forward_backward(
+        model, micro_batches, refs, settings, faults=faults, device=device, use_te=use_te
+    )
     return step.loss, tokens, step

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from packcfg.train.batches import (
@@ -87,9 +88,8 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         load_weights(pretrained, layout, model, master)
         _say(layout, f"initial weights from {pretrained}")
 
-    reference = (
-        frozen_reference(model, lambda: build_model(s.model, s.seed)) if dpo is not None else None
-    )  # after the initial weights
+    # DPO's reference: the initial weights (seed, HF folder or pretrained checkpoint), also on resume
+    reference = frozen_reference(lambda: _initial_model(config, s, layout)) if dpo is not None else None
     metrics = MetricsLog(s.output_dir / "metrics.jsonl", enabled=layout.is_main, resume_from=start)
     result = TrainResult(output_dir=s.output_dir, start_step=start)
     _say(
@@ -117,7 +117,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
             ]
         if dpo is not None:
             loss, tokens, dpo_step = dpo_step_on(
-                model, reference, micro_batches, dpo, options.faults, layout.device
+                model, reference, micro_batches, dpo, options.faults, layout.device, use_te
             )
         else:
             loss, tokens = forward_backward(
@@ -172,6 +172,17 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
             result.checkpoints.append(path)
             _say(layout, f"saved {path}")
     return result
+
+
+def _initial_model(config: dict[str, Any], s: TrainSettings, layout: Layout) -> torch.nn.Module:
+    """The model a fresh run starts from (what a resumed run started from): seed, then the HF folder or
+    pretrained checkpoint, in the run's dtype."""
+    model = build_model(s.model, s.seed)
+    if (hf_dir := hf_source(config)) is not None:
+        load_hf_weights(hf_dir, model)
+    elif s.pretrained_dir is not None and (pretrained := resolve_checkpoint(s.pretrained_dir)) is not None:
+        load_weights(pretrained, layout, model)
+    return model.bfloat16() if s.model.bf16 else model
 
 
 def _resume_dir(s: TrainSettings) -> Path | None:
