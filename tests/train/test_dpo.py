@@ -171,3 +171,25 @@ def test_dpo_with_context_parallel_is_refused(tmp_path):
     assert proc.returncode != 0
     assert "recipe.mode dpo: model.context_parallel_size 2 is not supported" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_resume_keeps_the_initial_reference(tmp_path):
+    """Stopped at step 3 and resumed, the run repeats steps 4-6 exactly: the reference is the initial
+    weights, not the resumed policy (with that bug the reward margin would restart at 0)."""
+    import shutil
+
+    from packcfg.train.metrics import read_metrics
+
+    args = ("train.train_iters=6", "checkpoint.save_interval=3", "--nproc-per-node", "1")
+    assert _train_cli(tmp_path, *args).returncode == 0
+    full = read_metrics(tmp_path / "runs/tiny_cpu_dpo/metrics.jsonl")
+    checkpoints = tmp_path / "runs/tiny_cpu_dpo/checkpoints"
+    shutil.rmtree(checkpoints / "iter_0000006")
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("3\n")
+    proc = _train_cli(tmp_path, *args, "--resume")
+    assert proc.returncode == 0, proc.stderr
+    resumed = read_metrics(tmp_path / "runs/tiny_cpu_dpo/metrics.jsonl")
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(full[3:], resumed[3:], strict=True):
+        assert abs(a["loss"] - b["loss"]) < 1e-6 and abs(a["reward_margin"] - b["reward_margin"]) < 1e-6
+    assert resumed[3]["reward_margin"] > resumed[1]["reward_margin"]
