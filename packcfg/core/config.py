@@ -475,7 +475,7 @@ def _apply_override(
 
 
 _ABSENT: Any = object()
-_OWN_SECTIONS = ("recipe", "launch")  # packcfg's own sections: not part of Bridge's struct config
+_OWN_SECTIONS = ("recipe", "launch", "dpo")  # packcfg's own sections: not part of Bridge's struct config
 
 
 def _lookup(config: Any, path: Sequence[str]) -> Any:

@@ -287,6 +287,15 @@ SECTIONS: dict[str, dict[str, F]] = {
         "qos": F(STR),
         "exclusive": F(BOOL),
     },
+    # packcfg's DPO settings (recipe.mode dpo; packcfg.train.dpo), named as NeMo Aligner's model.dpo
+    # (ref_policy_kl_penalty, preference_loss) and NeMo RL's dpo (reference_policy_kl_penalty)
+    "dpo": {
+        "ref_policy_kl_penalty": F(Float(gt=0), 0.1),
+        "reference_policy_kl_penalty": F(Float(gt=0)),
+        "beta": F(Float(gt=0)),
+        "label_smoothing": F(Float(ge=0, lt=0.5), 0.0),
+        "preference_loss": F(OneOf(("dpo", "ipo")), "dpo"),
+    },
     # Megatron Bridge sections (unknown key -> SC003 warning)
     "model": {
         "tensor_model_parallel_size": F(POS, 1),
@@ -458,7 +467,7 @@ SECTIONS: dict[str, dict[str, F]] = {
     },
 }
 
-OWN_SECTIONS = ("recipe", "launch")
+OWN_SECTIONS = ("recipe", "launch", "dpo")
 BRIDGE_SECTIONS = (
     "model",
     "train",

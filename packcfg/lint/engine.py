@@ -462,7 +462,7 @@ _BRIDGE_TOP_LEVEL = frozenset(
         "inprocess_restart", "env_vars",
     }
 )  # fmt: skip
-_OWN_TOP_LEVEL = frozenset({"recipe", "launch"})
+_OWN_TOP_LEVEL = frozenset({"recipe", "launch", "dpo"})
 _TOP_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)[ \t]*:", re.MULTILINE)
 
 

@@ -182,7 +182,8 @@ def settings_from_config(
         max_per_pack=overrides.get("max_per_pack"),
         pad_id=overrides.get("pad_id"),
         split=split,
-        pairs=bool(overrides.get("pairs")),
+        # DPO data is pairs (chosen, rejected) whether or not `--pairs` was given: never split them.
+        pairs=bool(overrides.get("pairs")) or _get(config, "recipe.mode") == "dpo",
         pad_to_max_length=bool(_get(config, "dataset.dataset_kwargs.pad_to_max_length", False)),
         chat=_flag(config, "dataset.dataset_kwargs.chat")
         and _flag(config, "dataset.dataset_kwargs.use_hf_tokenizer_chat_template"),

@@ -46,6 +46,7 @@ class Faults:
     resume_without_optimizer: bool = False  # torch_dist resume leaves the AdamW moments unrestored
     pp_stage_drops_thd: bool = False  # PP: stages after the first get no THD metadata (pack = one sequence)
     pp_embedding_grads_not_reduced: bool = False  # PP: tied embedding grad not summed over first/last stage
+    dpo_ref_wrong_segment: bool = False  # DPO: each sample's reference log-prob read from the next segment
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Faults:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from packcfg.train.batches import (
@@ -18,6 +19,8 @@ from packcfg.train.batches import (
 )
 from packcfg.train.checkpoint import load_checkpoint, load_weights, resolve_checkpoint, save_checkpoint
 from packcfg.train.data import BatchPlan, PackedParquet, SampleUnits, Units
+from packcfg.train.dpo import DpoStepMetrics as dpo_metrics
+from packcfg.train.dpo import dpo_setup, dpo_step_on, frozen_reference
 from packcfg.train.hf.config import hf_source
 from packcfg.train.hf.convert import load_hf_weights
 from packcfg.train.metrics import MetricsLog, StepMetrics, open_sinks, print_progress
@@ -71,6 +74,8 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
     optimizer = build_optimizer(model, s.optim, params)
     schedule = LrSchedule(optimizer, s.optim)
 
+    dpo = dpo_setup(config, s.data.batching, layout.cp)  # None unless recipe.mode is dpo
+
     start = consumed = 0  # steps done, and global units (samples or packs) consumed by them
     resume_dir = _resume_dir(s) if options.resume or s.load_dir else None
     if resume_dir is not None:
@@ -95,6 +100,8 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         load_weights(pretrained, layout, model, master)
         _say(layout, f"initial weights from {pretrained}")
 
+    # DPO's reference: the initial weights (seed, HF folder or pretrained checkpoint), also on resume
+    reference = frozen_reference(lambda: _initial_model(config, s, layout)) if dpo is not None else None
     sinks = open_sinks(s, config, layout.is_main, start)  # TensorBoard / W&B, as `logger` asks
     metrics = MetricsLog(s.output_dir / "metrics.jsonl", layout.is_main, resume_from=start, sinks=sinks)
     result = TrainResult(output_dir=s.output_dir, start_step=start)
@@ -123,9 +130,14 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
                 split_for_context_parallel(mb, layout.cp, layout.cp_rank, context_group(), options.faults)
                 for mb in micro_batches
             ]
-        loss, tokens = forward_backward(
-            model, micro_batches, faults=options.faults, use_te=use_te, device=layout.device
-        )
+        if dpo is not None:
+            loss, tokens, dpo_step = dpo_step_on(
+                model, reference, micro_batches, dpo, options.faults, layout.device, use_te
+            )
+        else:
+            loss, tokens = forward_backward(
+                model, micro_batches, faults=options.faults, use_te=use_te, device=layout.device
+            )
         if master is not None:
             master.grads_to_master()
         grad_norm = clip_grad_norm(params, s.optim.clip_grad)
@@ -135,7 +147,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         step_time = time.perf_counter() - t0
 
         # ---- log
-        m = StepMetrics(
+        m = (dpo_metrics if dpo is not None else StepMetrics)(
             step=step + 1,
             loss=loss,
             lr=lr,
@@ -144,6 +156,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
             padded_tokens=tokens.padded_tokens,
             tokens_per_s=tokens.real_tokens / step_time,
             step_time=step_time,
+            **(dpo_step.metrics() if dpo is not None else {}),
         )
         metrics.write(m)
         result.losses.append(loss)
@@ -176,6 +189,17 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
             _say(layout, f"saved {path}")
     metrics.close()
     return result
+
+
+def _initial_model(config: dict[str, Any], s: TrainSettings, layout: Layout) -> torch.nn.Module:
+    """The model a fresh run starts from (what a resumed run started from): seed, then the HF folder or
+    pretrained checkpoint, in the run's dtype."""
+    model = build_model(s.model, s.seed)
+    if (hf_dir := hf_source(config)) is not None:
+        load_hf_weights(hf_dir, model)
+    elif s.pretrained_dir is not None and (pretrained := resolve_checkpoint(s.pretrained_dir)) is not None:
+        load_weights(pretrained, layout, model)
+    return model.bfloat16() if s.model.bf16 else model
 
 
 def _resume_dir(s: TrainSettings) -> Path | None:

@@ -144,4 +144,39 @@ def preflight(config: dict[str, Any], base: Path | None = None) -> list[str]:
         + pipeline_problems(config, model)
         + vocab_problems(config, model, base)
         + logger_problems(config)
+        + mode_problems(config, model)
     )
+
+
+def mode_problems(config: dict[str, Any], model: ModelSettings) -> list[str]:
+    """Layouts the executor cannot train in the recipe's mode (DPO: packcfg.train.dpo)."""
+    if (config.get("recipe") or {}).get("mode") == "dpo":
+        pp = (
+            [
+                f"recipe.mode dpo: model.pipeline_model_parallel_size {model.pp} is not supported yet; set it to 1"
+            ]
+            if model.pp > 1
+            else []
+        )
+        return dpo_refusals(model.cp, "packed" if _offline_packed(config) else "unpacked") + pp
+    return []
+
+
+def _offline_packed(config: dict[str, Any]) -> bool:
+    return (config.get("dataset") or {}).get("enable_offline_packing") is True
+
+
+def dpo_refusals(cp: int, batching: str) -> list[str]:
+    """Why a DPO run cannot start with this layout (empty: it can)."""
+    out = []
+    if cp > 1:
+        out.append(
+            f"recipe.mode dpo: model.context_parallel_size {cp} is not supported (a sample's log-probability "
+            "is summed on one rank; the CP split spreads it over ranks); set model.context_parallel_size: 1"
+        )
+    if batching != "packed":
+        out.append(
+            f"recipe.mode dpo: {batching} batches are not supported; DPO trains on offline packs of whole pairs "
+            "(dataset.enable_offline_packing: true)"
+        )
+    return out

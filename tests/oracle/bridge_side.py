@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PACKCFG_SECTIONS = ("recipe", "launch")
+PACKCFG_SECTIONS = ("recipe", "launch", "dpo")
 SPECS_CLASS = "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs"
 
 # model._target_ class name (current and 0.3.1 spellings) -> Bridge 0.3.1 recipe stem.

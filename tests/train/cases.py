@@ -184,3 +184,77 @@ def run_torchrun(
             f"torchrun failed ({proc.returncode}): {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         )
     return proc
+
+
+# ---- DPO (tests/train/test_dpo.py): pairs, their packs, and the DP case
+
+
+def synthetic_pairs(n: int, seed: int = 0) -> list[Any]:
+    """Preference pairs: one prompt, two answers of different lengths (loss on the answers only)."""
+    from packcfg.train.dpo import Pair
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        prompt = rng.integers(1, VOCAB, int(rng.integers(2, 8)))
+
+        def answer(prompt: np.ndarray = prompt) -> Sample:
+            ids = np.concatenate([prompt, rng.integers(1, VOCAB, int(rng.integers(2, 14)))])
+            mask = np.zeros(len(ids), np.int8)
+            mask[len(prompt) - 1 : len(ids) - 1] = 1
+            return Sample(ids, mask)
+
+        out.append(Pair(answer(), answer()))
+    return out
+
+
+def pair_packs(pairs: list[Any], capacity: int) -> list[list[Any]]:
+    """First-fit packing of whole pairs (a pair's two runtime lengths together)."""
+    packs: list[list[Any]] = []
+    size = lambda p: p.chosen.runtime_length + p.rejected.runtime_length  # noqa: E731
+    for pair in pairs:
+        for pack in packs:
+            if sum(size(x) for x in pack) + size(pair) <= capacity:
+                pack.append(pair)
+                break
+        else:
+            packs.append([pair])
+    return packs
+
+
+DPO_PAIRS = 12
+
+
+def run_dpo_case(variants: list[str], tp_case: bool = False) -> dict[str, Any]:
+    """DPO loss and full gradients of one global batch (all packs of `DPO_PAIRS` pairs) in the
+    current world or a world of 1: the world is DP (packs dealt to ranks contiguously) or, with
+    `tp_case`, TP (every rank sees every pack). The reference model is the same architecture from
+    another seed, so policy and reference differ."""
+    import torch.distributed as dist
+
+    from packcfg.train.batches import Faults
+    from packcfg.train.dpo import DpoSettings, dpo_forward_backward, pack_pairs, reference_logps
+    from packcfg.train.equivalence import LossAndGrads, full_gradients
+    from packcfg.train.model import build_model
+    from packcfg.train.parallel import distributed
+    from packcfg.train.settings import TrainSettings
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    tp = world if tp_case else 1
+    settings = TrainSettings.from_config(tiny_config(model={"tensor_model_parallel_size": tp}))
+    packs = pair_packs(synthetic_pairs(DPO_PAIRS, seed=5), settings.data.pack_size)
+    assert len(packs) % 2 == 0, "the DP case needs an even number of packs"
+    results = {}
+    with distributed(tp=tp) as layout:
+        model = build_model(settings.model, settings.seed)
+        reference = build_model(settings.model, settings.seed + 1)
+        share = len(packs) // layout.dp
+        mine = packs[layout.dp_rank * share : (layout.dp_rank + 1) * share]
+        for variant in variants:
+            faults = Faults.from_names([] if variant == "none" else [variant])
+            batches = [pack_pairs(p, pad_to=settings.data.pack_size) for p in mine]
+            refs = reference_logps(reference, batches)
+            model.zero_grad(set_to_none=False)
+            step = dpo_forward_backward(model, batches, refs, DpoSettings(beta=0.5), faults=faults)
+            results[variant] = LossAndGrads(loss=step.loss, grads=full_gradients(model))
+    return results

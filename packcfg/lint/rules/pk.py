@@ -489,10 +489,13 @@ def pk131(ctx: RuleContext) -> Iterator[Finding]:
         return
     # round to a whole number of micro-batches per data-parallel rank when the layout is known (PL602)
     step = (f.mbs or 1) * (f.dp or 1)
-    suggested = max(1, round(f.gbs / factor / step)) * step
+    # DPO counts pairs, and a pack of DPO data holds whole pairs (2 sequences each): NeMo Aligner's
+    # packed DPO rescales the GBS in pairs by pairs per pack (packcfg.train.dpo)
+    unit, per_pack = ("pairs", factor / 2) if f.mode == "dpo" else ("samples", factor)
+    suggested = max(1, round(f.gbs / per_pack / step)) * step
     yield Finding(
         f"packs hold {factor:.2f} sequences on average: global_batch_size {f.gbs} packs is about "
-        f"{f.gbs * factor:.0f} samples per step; to keep {f.gbs} samples per step use global_batch_size ~{suggested}",
+        f"{f.gbs * per_pack:.0f} {unit} per step; to keep {f.gbs} {unit} per step use global_batch_size ~{suggested}",
         at=("train", "global_batch_size"),
     )
 
