@@ -43,6 +43,9 @@ class Faults:
     resume_data_from_start: bool = False  # resume restores the model but replays data from the start
     sp_grads_not_reduced: bool = False  # SP norm weights keep their TP-partial grads (no TP all-reduce)
     grad_norm_not_summed_over_tp: bool = False  # clipping norm from this rank's TP shards only
+    # VLM: each sample's cu_seqlens boundary falls after its leading image instead of before it (bounds
+    # counted before the image placeholders expand), so its image tokens attend to the previous sample
+    image_tokens_across_samples: bool = False
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Faults:
@@ -97,6 +100,8 @@ class MicroBatch:
     thd: ThdParams | None  # None for padded batches
     real_tokens: int  # tokens of real samples (this rank's share under CP)
     padded_tokens: int  # every token computed, padding included
+    pixel_values: Tensor | None = None  # VLM: the pack's image tiles `[tiles, 3, H, W]` (packcfg.train.vlm)
+    image_token_index: Tensor | None = None  # VLM: row positions that take the tiles' embeddings, in order
 
     @property
     def loss_tokens(self) -> int:

@@ -145,16 +145,19 @@ class BatchPlan:
             }
         return int(self._orders[epoch][offset])
 
-    def micro_batches(self, step: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
-        """This rank's micro-batches of step `step` (0-based): micro-batch j holds global units
-        `step*GBS + j*MBS*DP + dp_rank*MBS` onwards, as megatron's pretraining sampler assigns them."""
+    def micro_batch_units(self, step: int) -> list[list[list[Sample]]]:
+        """The units of this rank's micro-batches at step `step` (0-based): micro-batch j holds global
+        units `step*GBS + j*MBS*DP + dp_rank*MBS` onwards, as megatron's pretraining sampler assigns them."""
         start = step * self.global_batch_size
         out = []
         for j in range(self.micro_batches_per_step):
             first = start + j * self.micro_batch_size * self.dp + self.dp_rank * self.micro_batch_size
-            units = [self.units[self._unit_at(first + k)] for k in range(self.micro_batch_size)]
-            out.append(build_micro_batch(units, self.data, faults))
+            out.append([self.units[self._unit_at(first + k)] for k in range(self.micro_batch_size)])
         return out
+
+    def micro_batches(self, step: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
+        """This rank's micro-batches of step `step`, laid out as `data.batching` says."""
+        return [build_micro_batch(units, self.data, faults) for units in self.micro_batch_units(step)]
 
 
 def build_micro_batch(
