@@ -43,8 +43,8 @@ class Faults:
     resume_data_from_start: bool = False  # resume restores the model but replays data from the start
     sp_grads_not_reduced: bool = False  # SP norm weights keep their TP-partial grads (no TP all-reduce)
     grad_norm_not_summed_over_tp: bool = False  # clipping norm from this rank's TP shards only
-    # VLM: each sample's cu_seqlens boundary falls after its leading image instead of before it (bounds
-    # counted before the image placeholders expand), so its image tokens attend to the previous sample
+    # VLM: the cu_seqlens boundary before each sample falls after the sample's first image instead of
+    # before the sample, so that image's tokens (and the prompt before it) attend to the previous sample
     image_tokens_across_samples: bool = False
 
     @classmethod

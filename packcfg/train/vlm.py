@@ -183,8 +183,8 @@ def load_vlm_samples(root: str | Path, vision: VisionSettings, split: str = "tra
 
 def image_spans(sample: VlmSample, vision: VisionSettings) -> list[tuple[int, int, int]]:
     """(start, end, tiles) of each image in runtime positions: `[start, end)` covers IMG_START through
-    IMG_END."""
-    ids = sample.input_ids
+    IMG_END. The stored last token is a target only (a piece cut before an image ends in its start)."""
+    ids = sample.input_ids[:-1]
     starts = np.flatnonzero(ids == vision.image_start_token_id).tolist()
     ends = np.flatnonzero(ids == vision.image_end_token_id).tolist()
     if len(starts) != len(ends) or len(starts) != len(sample.image_tiles):
@@ -263,7 +263,7 @@ def pack_vlm(samples: Sequence[VlmSample], vision: VisionSettings, faults: Fault
         assert cu is not None
         for s, a in zip(samples[1:], cu[1:-1], strict=True):
             spans = image_spans(s, vision)
-            shifted.append(a + spans[0][1] if spans and spans[0][0] == 0 else a)
+            shifted.append(a + spans[0][1] if spans else a)
         shifted.append(cu[-1])
         mb = _thd_batch(mb.tokens[0], mb.labels[0], mb.loss_mask[0], shifted, mb.real_tokens, faults)
     image_ids = torch.tensor([vision.image_token_id, vision.image_start_token_id, vision.image_end_token_id])
