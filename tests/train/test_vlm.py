@@ -116,6 +116,7 @@ def test_no_loss_on_image_tokens():
         assert mb.image_token_index.numel() == mb.pixel_values.shape[0] * vision.tokens_per_tile
 
 
+@pytest.mark.torchrun
 @pytest.mark.slow
 @pytest.mark.parametrize("case", VLM_PARALLEL_CASES)
 def test_vlm_parallel_matches_world_of_one(case, tmp_path):
@@ -150,7 +151,9 @@ def samples_and_budgets(draw):
     tokens = draw(st.integers(biggest * SMALL.tokens_per_tile + 2, 80))
     tile_budget = draw(st.integers(max(biggest, 1), 12))
     buffer = draw(st.integers(1, 8))
-    return specs, replace(SMALL, max_packed_tokens=tokens, num_images_expected=tile_budget, max_buffer_size=buffer)
+    return specs, replace(
+        SMALL, max_packed_tokens=tokens, num_images_expected=tile_budget, max_buffer_size=buffer
+    )
 
 
 def _make(specs) -> list[VlmSample]:
@@ -197,7 +200,10 @@ def test_split_pieces_cover_each_sample_once_in_order(case):
         assert np.array_equal(np.concatenate([p.loss_mask[:-1] for p in pieces]), sample.loss_mask[:-1])
         assert np.array_equal(np.concatenate([p.tiles for p in pieces]), sample.tiles)
         assert sum((p.image_tiles for p in pieces), ()) == sample.image_tiles
-        if sample.runtime_length <= vision.max_packed_tokens and sample.num_tiles <= vision.num_images_expected:
+        if (
+            sample.runtime_length <= vision.max_packed_tokens
+            and sample.num_tiles <= vision.num_images_expected
+        ):
             assert pieces == [sample]
 
 
@@ -229,3 +235,53 @@ def test_an_image_over_the_budget_is_a_clear_error():
     (sample,) = _make([([1, 3], [3])])  # an image of 3 tiles is 14 tokens > 10
     with pytest.raises(ValueError, match="does not fit a pack of 10 tokens"):
         split_sample(sample, vision)
+
+
+# ---- 3. the recipe through the CLI, reduced, DP 2 (a clean folder; checkpoint and resume)
+
+
+@pytest.mark.torchrun
+@pytest.mark.slow
+def test_packcfg_train_tiny_vlm_recipe_reduced(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from .cases import REPO_ROOT
+
+    recipe = REPO_ROOT / "recipes" / "tiny_cpu_vlm.yaml"
+    common = ["--nproc-per-node", "2", "-o", "train.micro_batch_size=8", "-o", "checkpoint.save_interval=2"]
+    common += ["-o", "+checkpoint.save=runs/tiny_cpu_vlm/checkpoints"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [sys.executable, "-m", "packcfg", "train", str(recipe), *common, *args],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(REPO_ROOT)},
+        )  # fmt: skip
+        assert proc.returncode == 0, f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        return proc
+
+    first = cli("-o", "train.train_iters=2")
+    assert "DP 2" in first.stdout and "step     2/2" in first.stdout
+    assert (tmp_path / "runs/tiny_cpu_vlm/checkpoints/iter_0000002").is_dir()
+    cli("-o", "train.train_iters=4", "--resume")
+    lines = (tmp_path / "runs/tiny_cpu_vlm/metrics.jsonl").read_text().splitlines()
+    metrics = [json.loads(line) for line in lines]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert all(m["loss"] > 0 and m["real_tokens"] > 0 for m in metrics)
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "tiles"),
+    [(16, 16, 1), (16, 32, 3), (32, 32, 5), (16, 48, 4), (48, 32, 3), (8, 64, 5)],
+)
+def test_tiles_per_image_as_internvl_counts_them(height, width, tiles):
+    """InternVL's dynamic_preprocess: the closest-aspect grid of at most 4 tiles, plus a thumbnail
+    when there are several (e.g. 8x64 -> a 4x1 grid, 5 tiles)."""
+    from packcfg.train.vlm import tile_image
+
+    vision = replace(_vision(), image_size=16, max_tiles=4, use_thumbnail=True)
+    out = tile_image(np.zeros((height, width, 3), np.uint8), vision)
+    assert out.shape == (tiles, 3, 16, 16)
