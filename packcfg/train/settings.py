@@ -171,11 +171,12 @@ class VisionSettings:
                 f"model.vision_config.image_size {image_size} is not a multiple of patch_dim {patch}"
             )
         seq = int(d.get("seq_length") or m.get("seq_length") or 2048)
-        ids = {k: m.get(k) for k in ("image_token_id", "image_start_token_id", "image_end_token_id")}
-        if any(x is None for x in ids.values()):
+        names = ("image_token_id", "image_start_token_id", "image_end_token_id")
+        if any(m.get(k) is None for k in names):
             raise ValueError(
                 "model: image_token_id, image_start_token_id and image_end_token_id are required"
             )
+        ids = {k: int(m[k]) for k in names}
         return cls(
             num_layers=int(v["num_layers"]),
             hidden_size=hidden,
@@ -186,9 +187,9 @@ class VisionSettings:
             max_tiles=int(v.get("max_dynamic_patch", 6)),
             use_thumbnail=_truthy(v.get("use_thumbnail", True)),
             projector_ffn_hidden_size=int(v.get("projector_ffn_hidden_size") or 4 * hidden),
-            image_token_id=int(ids["image_token_id"]),
-            image_start_token_id=int(ids["image_start_token_id"]),
-            image_end_token_id=int(ids["image_end_token_id"]),
+            image_token_id=ids["image_token_id"],
+            image_start_token_id=ids["image_start_token_id"],
+            image_end_token_id=ids["image_end_token_id"],
             max_packed_tokens=int(d.get("max_packed_tokens") or seq),
             num_images_expected=int(d.get("num_images_expected") or 6),
             max_buffer_size=int(d.get("max_buffer_size") or 64),

@@ -47,6 +47,7 @@ from packcfg.train.model import build_model, transformer_config, use_transformer
 from packcfg.train.settings import ModelSettings, VisionSettings
 
 with quiet_megatron_import():
+    from megatron.core.models.gpt import GPTModel
     from megatron.core.models.vision.multimodal_projector import MultimodalProjector
     from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
     from megatron.core.transformer.mlp import MLPSubmodules
@@ -377,9 +378,7 @@ class VisionLanguageModel(torch.nn.Module):
     """GPTModel + TinyViT + MultimodalProjector: the tiles' embeddings replace the language embeddings
     at `image_token_index`, then the language model runs on them (`decoder_input`)."""
 
-    def __init__(
-        self, language_model: torch.nn.Module, vision_model: TinyViT, projection: MultimodalProjector
-    ):
+    def __init__(self, language_model: GPTModel, vision_model: TinyViT, projection: MultimodalProjector):
         super().__init__()
         self.language_model = language_model
         self.vision_model = vision_model
