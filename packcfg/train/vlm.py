@@ -287,6 +287,11 @@ class VlmBatchPlan(BatchPlan):
 
     def __init__(self, *args: Any, vision: VisionSettings, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.data.batching != "in_batch":
+            raise ValueError(
+                f"recipe.mode vlm_sft trains on in-batch packs (dataset.enable_in_batch_packing: true), "
+                f"not {self.data.batching} batches"
+            )
         self.vision = vision
 
     def micro_batches(self, step: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
@@ -304,7 +309,21 @@ def load_vlm_units(config: dict[str, Any], vision: VisionSettings) -> SampleUnit
     root = (config.get("dataset") or {}).get("dataset_root")
     if not root:
         raise ValueError("dataset.dataset_root: required for recipe.mode vlm_sft (a folder with train.npz)")
-    return SampleUnits(load_vlm_samples(resolve_path(str(root)), vision))
+    samples = load_vlm_samples(resolve_path(str(root)), vision)
+    check_images_fit(samples, vision)
+    return SampleUnits(samples)
+
+
+def check_images_fit(samples: Sequence[VlmSample], vision: VisionSettings) -> None:
+    """Refuse, before training starts, an image that no pack can hold (a split never cuts an image)."""
+    for i, sample in enumerate(samples):
+        for start, end, tiles in image_spans(sample, vision):
+            if end - start > vision.max_packed_tokens or tiles > vision.num_images_expected:
+                raise ValueError(
+                    f"sample {i}: an image of {end - start} tokens and {tiles} tiles does not fit a pack of "
+                    f"{vision.max_packed_tokens} tokens and {vision.num_images_expected} tiles "
+                    "(dataset.max_packed_tokens, dataset.num_images_expected)"
+                )
 
 
 # --------------------------------------------------------------------------------------------- model
