@@ -43,7 +43,7 @@ from packcfg.train.attention import _expand_groups
 from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch, Sample, _thd_batch, pack_thd
 from packcfg.train.data import BatchPlan, SampleUnits
 from packcfg.train.mcore_compat import ModuleSpec, quiet_megatron_import
-from packcfg.train.model import build_model, transformer_config, use_transformer_engine
+from packcfg.train.model import build_model, transformer_config
 from packcfg.train.settings import ModelSettings, VisionSettings
 
 with quiet_megatron_import():
@@ -436,10 +436,11 @@ class VisionLanguageModel(torch.nn.Module):
 
 
 def _vision_configs(
-    model: ModelSettings, vision: VisionSettings, use_te: bool
+    model: ModelSettings, vision: VisionSettings
 ) -> tuple[TransformerConfig, TransformerConfig]:
     """The ViT's config (the language model's, resized) and the projector's (a GELU MLP from the
-    ViT width to the language width, as megatron's LLaVA projector)."""
+    ViT width to the language width, as megatron's LLaVA projector). Both take the local path (no
+    fusions) whatever the language model uses: their layers come from the local spec."""
     vit = replace(
         model,
         num_layers=vision.num_layers,
@@ -456,7 +457,6 @@ def _vision_configs(
     proj_config = transformer_config(proj, use_te=False)
     proj_config.gated_linear_unit = False
     proj_config.activation_func = F.gelu
-    del use_te
     return vit_config, proj_config
 
 
@@ -474,8 +474,7 @@ def build_vlm_model(model: ModelSettings, vision: VisionSettings, seed: int) -> 
             f"{vision.hidden_size} and be a multiple of TP {model.tp}"
         )
     language = build_model(model, seed)
-    use_te = use_transformer_engine(model)
-    vit_config, proj_config = _vision_configs(model, vision, use_te)
+    vit_config, proj_config = _vision_configs(model, vision)
     vit = TinyViT(vit_config, vision)
     projection = MultimodalProjector(
         proj_config,
