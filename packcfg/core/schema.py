@@ -357,6 +357,11 @@ SECTIONS: dict[str, dict[str, F]] = {
         "dataset_kwargs": F(Nested("dataset_kwargs")),
         "do_validation": F(BOOL, True),
         "do_test": F(BOOL, True),
+        # vlm_sft in-batch packing budgets, InternVL's PackedDataset arguments (internvl_chat
+        # train/dataset_packed.py): tokens per pack, image tiles per pack, open packs in the buffer.
+        "max_packed_tokens": F(POS),
+        "num_images_expected": F(POS),
+        "max_buffer_size": F(POS),
     },
     "offline_packing_specs": {
         # packed_sequence_size, max_single_sequence_length and pad_seq_to_mult have their own rules

@@ -47,6 +47,9 @@ class Faults:
     pp_stage_drops_thd: bool = False  # PP: stages after the first get no THD metadata (pack = one sequence)
     pp_embedding_grads_not_reduced: bool = False  # PP: tied embedding grad not summed over first/last stage
     dpo_ref_wrong_segment: bool = False  # DPO: each sample's reference log-prob read from the next segment
+    # VLM: the cu_seqlens boundary before each sample falls after the sample's first image instead of
+    # before the sample, so that image's tokens (and the prompt before it) attend to the previous sample
+    image_tokens_across_samples: bool = False
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Faults:
@@ -101,6 +104,8 @@ class MicroBatch:
     thd: ThdParams | None  # None for padded batches
     real_tokens: int  # tokens of real samples (this rank's share under CP)
     padded_tokens: int  # every token computed, padding included
+    pixel_values: Tensor | None = None  # VLM: the pack's image tiles `[tiles, 3, H, W]` (packcfg.train.vlm)
+    image_token_index: Tensor | None = None  # VLM: row positions that take the tiles' embeddings, in order
 
     @property
     def loss_tokens(self) -> int:

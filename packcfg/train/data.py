@@ -145,21 +145,29 @@ class BatchPlan:
             }
         return int(self._orders[epoch][offset])
 
-    def micro_batches(self, step: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
-        """This rank's micro-batches of step `step` (0-based) of a run at this GBS from the start."""
-        return self.micro_batches_after(step * self.global_batch_size, faults)
+    def micro_batch_units(self, step: int) -> list[list[list[Sample]]]:
+        """The units of this rank's micro-batches at step `step` (0-based) of a run at this GBS from the start."""
+        return self.micro_batch_units_after(step * self.global_batch_size)
 
-    def micro_batches_after(self, consumed: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
-        """This rank's micro-batches of the step after `consumed` global units: micro-batch j holds
-        global units `consumed + j*MBS*DP + dp_rank*MBS` onwards, as megatron's pretraining sampler
+    def micro_batch_units_after(self, consumed: int) -> list[list[list[Sample]]]:
+        """The units of this rank's micro-batches of the step after `consumed` global units: micro-batch j
+        holds global units `consumed + j*MBS*DP + dp_rank*MBS` onwards, as megatron's pretraining sampler
         assigns them from `consumed_samples` (so a resume with another GBS continues at the next unit)."""
         start = consumed
         out = []
         for j in range(self.micro_batches_per_step):
             first = start + j * self.micro_batch_size * self.dp + self.dp_rank * self.micro_batch_size
-            units = [self.units[self._unit_at(first + k)] for k in range(self.micro_batch_size)]
-            out.append(build_micro_batch(units, self.data, faults))
+            out.append([self.units[self._unit_at(first + k)] for k in range(self.micro_batch_size)])
         return out
+
+    def micro_batches(self, step: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
+        """This rank's micro-batches of step `step` (0-based) of a run at this GBS from the start."""
+        return self.micro_batches_after(step * self.global_batch_size, faults)
+
+    def micro_batches_after(self, consumed: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
+        """This rank's micro-batches of the step after `consumed` global units, laid out as
+        `data.batching` says."""
+        return [build_micro_batch(u, self.data, faults) for u in self.micro_batch_units_after(consumed)]
 
 
 def build_micro_batch(

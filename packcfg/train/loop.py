@@ -61,9 +61,18 @@ def train(config: dict[str, Any], options: TrainOptions | None = None) -> TrainR
 
 def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layout: Layout) -> TrainResult:
     # ---- build
-    units = options.units if options.units is not None else load_units(config, s.data, layout)
-    plan = BatchPlan(units, s.data, s.micro_batch_size, s.global_batch_size, layout.dp, layout.dp_rank)
-    model = build_model(s.model, s.seed)
+    if s.vision is not None:  # recipe.mode vlm_sft: image-text samples, InternVL-style packs, ViT + LM
+        from packcfg.train import vlm
+
+        units = options.units if options.units is not None else vlm.load_vlm_units(config, s.vision)
+        plan: BatchPlan = vlm.VlmBatchPlan(
+            units, s.data, s.micro_batch_size, s.global_batch_size, layout.dp, layout.dp_rank, vision=s.vision
+        )
+        model = vlm.build_vlm_model(s.model, s.vision, s.seed)
+    else:
+        units = options.units if options.units is not None else load_units(config, s.data, layout)
+        plan = BatchPlan(units, s.data, s.micro_batch_size, s.global_batch_size, layout.dp, layout.dp_rank)
+        model = build_model(s.model, s.seed)
     use_te = use_transformer_engine(s.model)
     params = [p for p in model.parameters() if p.requires_grad]
     master = None

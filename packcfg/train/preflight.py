@@ -150,6 +150,10 @@ def preflight(config: dict[str, Any], base: Path | None = None) -> list[str]:
 
 def mode_problems(config: dict[str, Any], model: ModelSettings) -> list[str]:
     """Layouts the executor cannot train in the recipe's mode (DPO: packcfg.train.dpo)."""
+    if (config.get("recipe") or {}).get("mode") == "vlm_sft" and model.pp > 1:
+        return [
+            f"recipe.mode vlm_sft: model.pipeline_model_parallel_size {model.pp} is not supported yet; set it to 1"
+        ]
     if (config.get("recipe") or {}).get("mode") == "dpo":
         pp = (
             [

@@ -147,6 +147,72 @@ class DataSettings:
 
 
 @dataclass(frozen=True)
+class VisionSettings:
+    """`recipe.mode: vlm_sft`: the vision tower (`model.vision_config`), the image token ids
+    (`model.image_*token_id`, Bridge's names) and InternVL's packing budgets (`dataset.*`)."""
+
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    image_size: int  # tile side in pixels (InternVL `force_image_size`)
+    patch_dim: int  # ViT patch side; a tile gives (image_size / patch_dim)^2 image tokens
+    max_tiles: int  # tiles per image at most (InternVL `max_dynamic_patch`), thumbnail not counted
+    use_thumbnail: bool  # an extra whole-image tile when an image has more than one (InternVL)
+    projector_ffn_hidden_size: int
+    image_token_id: int  # the context token each image embedding replaces
+    image_start_token_id: int
+    image_end_token_id: int
+    max_packed_tokens: int  # runtime tokens per pack (the THD row)
+    num_images_expected: int  # image tiles per pack
+    max_buffer_size: int  # open packs the greedy buffer keeps
+
+    @property
+    def tokens_per_tile(self) -> int:
+        return (self.image_size // self.patch_dim) ** 2
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> VisionSettings:
+        m, d = _section(config, "model"), _section(config, "dataset")
+        v = m.get("vision_config") or {}
+        if not isinstance(v, dict):
+            raise ValueError(f"model.vision_config: expected a mapping, got {type(v).__name__}")
+        missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if not v.get(k)]
+        if missing:
+            raise ValueError(f"model.vision_config: {', '.join(missing)} required for recipe.mode vlm_sft")
+        hidden = int(v["hidden_size"])
+        image_size, patch = int(v.get("image_size", 16)), int(v.get("patch_dim", 8))
+        if image_size % patch:
+            raise ValueError(
+                f"model.vision_config.image_size {image_size} is not a multiple of patch_dim {patch}"
+            )
+        seq = int(d.get("seq_length") or m.get("seq_length") or 2048)
+        names = ("image_token_id", "image_start_token_id", "image_end_token_id")
+        if any(m.get(k) is None for k in names):
+            raise ValueError(
+                "model: image_token_id, image_start_token_id and image_end_token_id are required"
+            )
+        ids = {k: int(m[k]) for k in names}
+        return cls(
+            num_layers=int(v["num_layers"]),
+            hidden_size=hidden,
+            ffn_hidden_size=int(v.get("ffn_hidden_size") or 4 * hidden),
+            num_attention_heads=int(v["num_attention_heads"]),
+            image_size=image_size,
+            patch_dim=patch,
+            max_tiles=int(v.get("max_dynamic_patch", 6)),
+            use_thumbnail=_truthy(v.get("use_thumbnail", True)),
+            projector_ffn_hidden_size=int(v.get("projector_ffn_hidden_size") or 4 * hidden),
+            image_token_id=ids["image_token_id"],
+            image_start_token_id=ids["image_start_token_id"],
+            image_end_token_id=ids["image_end_token_id"],
+            max_packed_tokens=int(d.get("max_packed_tokens") or seq),
+            num_images_expected=int(d.get("num_images_expected") or 6),
+            max_buffer_size=int(d.get("max_buffer_size") or 64),
+        )
+
+
+@dataclass(frozen=True)
 class OptimSettings:
     lr: float
     min_lr: float
@@ -236,6 +302,7 @@ class TrainSettings:
     grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32: bf16 grads accumulated/reduced in fp32
     logger: LoggerSettings = LoggerSettings()
     ckpt_format: str = "torch_dist"  # checkpoint.ckpt_format, Bridge's default
+    vision: VisionSettings | None = None  # recipe.mode vlm_sft only
 
     @classmethod
     def from_config(
@@ -272,4 +339,9 @@ class TrainSettings:
             output_dir=Path(output_dir) if output_dir else Path("runs") / name,
             grad_reduce_in_fp32=_truthy(_section(config, "ddp").get("grad_reduce_in_fp32", False)),
             logger=LoggerSettings.from_config(config),
+            vision=(
+                VisionSettings.from_config(config)
+                if _section(config, "recipe").get("mode") == "vlm_sft"
+                else None
+            ),
         )

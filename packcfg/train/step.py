@@ -59,8 +59,14 @@ def _to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
             if isinstance(getattr(thd, f.name), Tensor)
         }
         thd = replace(thd, **moved)
+    images = {
+        name: value.to(device)
+        for name in ("pixel_values", "image_token_index")
+        if (value := getattr(mb, name)) is not None
+    }
     return replace(
         mb,
+        **images,
         tokens=mb.tokens.to(device),
         labels=mb.labels.to(device),
         loss_mask=mb.loss_mask.to(device),
@@ -143,12 +149,16 @@ def per_token_losses(model: torch.nn.Module, mb: MicroBatch, use_te: bool = Fals
     params = mb.thd
     if params is not None and use_te:
         params = _te_params(params, mb.tokens.device)  # type: ignore[assignment]
+    images = {}  # a VLM pack's tiles and where their embeddings go (packcfg.train.vlm.VisionLanguageModel)
+    if mb.pixel_values is not None:
+        images = {"pixel_values": mb.pixel_values, "image_token_index": mb.image_token_index}
     return model(
         input_ids=mb.tokens,
         position_ids=mb.position_ids,
         attention_mask=None,
         labels=mb.labels,
         packed_seq_params=params,
+        **images,
     )
 
 

@@ -117,6 +117,11 @@ def run_case(case: str, variants: list[str]) -> dict[str, Any]:
     name), in the current torch.distributed world (or a world of 1)."""
     import torch.distributed as dist
 
+    if case.startswith("vlm_"):  # the vision-language cases (tests/train/vlm_cases.py)
+        from .vlm_cases import run_vlm_case
+
+        return run_vlm_case(case, variants)
+
     from packcfg.train.batches import Faults, split_for_context_parallel
     from packcfg.train.data import BatchPlan
     from packcfg.train.equivalence import loss_and_grads
