@@ -19,6 +19,7 @@ distributed-checkpoint reader (raw tensor bytes plus a weights-only metadata fil
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,7 @@ def _check(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
 def _load(directory: Path, state: dict[str, Any]) -> dict[str, Any]:
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.core import CheckpointingException
+    from torch.distributed.checkpoint.api import CheckpointException as DcpCheckpointException
 
     try:
         with cpu_checkpointing():
@@ -225,6 +227,13 @@ def _load(directory: Path, state: dict[str, Any]) -> dict[str, Any]:
     except CheckpointingException as exc:
         first = str(exc).strip().splitlines()[0][:300]
         raise CheckpointError(f"{directory}: does not fit this model ({first})") from None
+    except (KeyError, DcpCheckpointException) as exc:  # torch.distributed.checkpoint wraps a KeyError
+        # megatron's shape validation names a tensor this model has and the checkpoint lacks
+        missing = re.search(r"([\w.]+) from model not in state dict", str(exc))
+        what = f"it has no tensor {missing.group(1)}" if missing else str(exc).strip().splitlines()[0][:300]
+        raise CheckpointError(
+            f"{directory}: does not fit this model: {what} (trained with another model shape or family?)"
+        ) from None
 
 
 def load_dist_checkpoint(

@@ -187,6 +187,14 @@ def test_errors_are_one_line(tmp_path, data):
     (tmp_path / "ckpt" / "iter_0000003" / "metadata.json").unlink()  # a partial save
     with pytest.raises(CheckpointError, match="not a complete torch_dist checkpoint|not a checkpoint"):
         _run(_config(tmp_path / "ckpt", STEPS), data, tmp_path / "out3", resume=True)
+    qk = _config(tmp_path / "ckpt", STEPS, pretrained_checkpoint=str(tmp_path / "ckpt"))
+    qk["model"]["qk_layernorm"] = True  # a tensor the checkpoint lacks (another family: Qwen3 vs Llama)
+    qk["checkpoint"]["save"] = str(tmp_path / "qk")
+    (tmp_path / "ckpt2").mkdir()
+    _run(_config(tmp_path / "ckpt2", SAVE_AT), data, tmp_path / "out5")
+    qk["checkpoint"]["pretrained_checkpoint"] = str(tmp_path / "ckpt2")
+    with pytest.raises(CheckpointError, match=r"has no tensor decoder\.layers\.self_attention\.q_layernorm"):
+        _run(qk, data, tmp_path / "out6")
     with pytest.raises(ValueError, match="checkpoint.ckpt_format: 'zarr'"):
         _run(_config(tmp_path / "z", 1, ckpt_format="zarr"), data, tmp_path / "out4")
 
