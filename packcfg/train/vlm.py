@@ -404,6 +404,19 @@ class VisionLanguageModel(torch.nn.Module):
         self.vision_projection = projection
         self.config = language_model.config  # what the step and the gradient reductions read
 
+    def sharded_state_dict(
+        self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
+    ) -> dict[str, Any]:
+        """Each part's own sharded state under its attribute name (megatron-core's
+        `sharded_state_dict_default`, as `LLaVAModel` composes its parts), so torch_dist checkpoints
+        save and reshard the VLM like the language model alone; keys equal `named_parameters()`."""
+        from megatron.core.transformer.utils import sharded_state_dict_default
+
+        out: dict[str, Any] = {}
+        for name, module in self.named_children():
+            out.update(sharded_state_dict_default(module, f"{prefix}{name}.", sharded_offsets, metadata))
+        return out
+
     def forward(
         self,
         input_ids: Tensor,
