@@ -175,8 +175,8 @@ def test_secret_passes_by_name_only(form: str, tmp_path: Path, harness) -> None:
         else {"env": {"WANDB_API_KEY": "${WANDB_API_KEY}"}}
     )
     directory = write(tiny_config(**launch), tmp_path / "b")
-    text = "".join(p.read_text() for p in directory.rglob("*") if p.is_file())
-    assert SECRET not in text
+    data = b"".join(p.read_bytes() for p in directory.rglob("*") if p.is_file())  # the bundle has binaries
+    assert SECRET.encode() not in data
     h = harness()
     result = h.run(directory / "torchrun.sh", env={"WANDB_API_KEY": SECRET})
     assert result.returncode == 0, result.stderr

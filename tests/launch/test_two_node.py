@@ -78,7 +78,7 @@ def test_packcfg_trains_across_two_nodes(tmp_path: Path, slurm_two_node: None) -
     logs = packcfg("logs", rec.id, "--state-dir", str(state), env=ENV).stdout
     assert out.returncode == 0 and rec.status == "COMPLETED", f"{out.stdout}\n{out.stderr}\n{logs}"
     assert _nodes_of(str(rec.native_id)) == "node[1-2]"
-    assert "world 2 (TP 1, CP 1, DP 2)" in logs
+    assert "world 2 (TP 1, CP 1, PP 1, DP 2)" in logs
     rows = (Path(rec.bundle_dir) / "output" / "metrics.jsonl").read_text().splitlines()
     losses = [json.loads(r)["loss"] for r in rows if '"loss"' in r]
     assert len(losses) == 4 and losses[-1] < losses[0]
