@@ -4,7 +4,10 @@
 The pure-Python version keeps open packs as levels (remaining, items) in a sorted list and finds the
 tightest level with a bisect; inserting into that list costs O(levels) and every step runs in the
 interpreter. Here the levels live in per-remaining-capacity lists (sorted by item count) and the
-non-empty remaining capacities in a segment tree, so finding the tightest fit is O(log C); the pack-id
+non-empty remaining capacities in a 64-ary bitset tree (a word per 64 capacities, a bit per non-empty
+word above it), so finding the tightest fit is O(log64 C) word reads and one count-trailing-zeros per
+level: three levels for capacities up to 262,143. A level's fields share one row, and so do a node's,
+so a step touches a cache line per record rather than one per field. The pack-id
 ranges of a level are a linked list whose nodes move between levels exactly as the Python lists do
 (same order, so the same tie-breaking). Events are recorded in flat arrays and materialised here too.
 
@@ -39,36 +42,92 @@ def _njit(fn: Any) -> Any:
     return fn
 
 
-@_njit
-def _tree_set(tree, size, r, on):  # type: ignore[no-untyped-def]
-    i = r + size
-    tree[i] = on
-    i >>= 1
-    while i >= 1:
-        v = 1 if (tree[2 * i] or tree[2 * i + 1]) else 0
-        if tree[i] == v:
-            break
-        tree[i] = v
-        i >>= 1
+if _HAVE_NUMBA:
+    from llvmlite import ir as _ir
+    from numba import types as _types
+    from numba.extending import intrinsic as _intrinsic
+
+    @_intrinsic
+    def _ctz(typingctx, word):  # type: ignore[no-untyped-def]
+        """Count trailing zeros of a non-zero uint64 (LLVM's cttz: one instruction on x86-64 and arm64)."""
+        sig = _types.int64(_types.uint64)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.cttz(args[0], _ir.Constant(_ir.IntType(1), 1))
+
+        return sig, codegen
+
+else:  # pragma: no cover - the kernel is not used without numba
+
+    def _ctz(word):  # type: ignore[no-untyped-def]
+        return (int(word) & -int(word)).bit_length() - 1
+
+
+_ONE = np.uint64(1)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _bits_layout(n: int) -> np.ndarray:
+    """Word offsets of each level of a 64-ary bitset over 0..n-1, bottom level first, plus the end."""
+    offsets = [0]
+    while True:
+        words = (n + 63) >> 6
+        offsets.append(offsets[-1] + words)
+        if words == 1:
+            return np.asarray(offsets, dtype=np.int64)
+        n = words
 
 
 @_njit
-def _tree_first(tree, size, x):  # type: ignore[no-untyped-def]
-    """Smallest index >= x whose leaf is set, or -1."""
-    i = x + size
-    if tree[i]:
-        return x
-    while i > 1:
-        if (i & 1) == 0 and tree[i + 1]:
-            i += 1
-            while i < size:
-                i = 2 * i if tree[2 * i] else 2 * i + 1
-            return i - size
-        i >>= 1
+def _bits_set(bits, off, r):  # type: ignore[no-untyped-def]
+    """Mark r non-empty; a word that was already non-zero is already marked above."""
+    for lv in range(off.shape[0] - 1):
+        i = off[lv] + (r >> 6)
+        before = bits[i]
+        bits[i] = before | (_ONE << np.uint64(r & 63))
+        if before:
+            return
+        r >>= 6
+
+
+@_njit
+def _bits_clear(bits, off, r):  # type: ignore[no-untyped-def]
+    """Mark r empty; a word that stays non-zero keeps its mark above."""
+    for lv in range(off.shape[0] - 1):
+        i = off[lv] + (r >> 6)
+        after = bits[i] & ~(_ONE << np.uint64(r & 63))
+        bits[i] = after
+        if after:
+            return
+        r >>= 6
+
+
+@_njit
+def _bits_first(bits, off, x):  # type: ignore[no-untyped-def]
+    """Smallest marked index >= x, or -1: up while the rest of the word is empty, then down."""
+    n_lv = off.shape[0] - 1
+    lv = 0
+    pos = x
+    while lv < n_lv:
+        i = pos >> 6
+        if off[lv] + i >= off[lv + 1]:
+            return -1
+        w = bits[off[lv] + i] & (_ALL << np.uint64(pos & 63))
+        if w:
+            pos = (i << 6) + _ctz(w)
+            while lv > 0:
+                lv -= 1
+                pos = (pos << 6) + _ctz(bits[off[lv] + pos])
+            return pos
+        pos = i + 1
+        lv += 1
     return -1
 
 
+# a level's row: item count k, packs, first and last node of its pack-id ranges, next level at the same r
 _K, _SIZE, _HEAD, _TAIL, _NEXT = 0, 1, 2, 3, 4
+# a node's row: a pack-id range [start, end) and its neighbours in its level's list
+_S, _E, _PREV, _NXT = 0, 1, 2, 3
 
 
 @_njit
@@ -104,64 +163,56 @@ def _part(part, full, q, rest):  # type: ignore[no-untyped-def]
 
 
 @_njit
-def _put(lv, r_head, tree, size, nd_prev, nd_next, slot_free, top, r, k, ch_head, ch_tail, m):  # type: ignore[no-untyped-def]
+def _put(lv, r_head, bits, off, nd, slot_free, top, r, k, ch_head, ch_tail, m):  # type: ignore[no-untyped-def]
     """Append the chain ch_head..ch_tail (m packs) to the level (remaining r, k items), creating the level
     in r's list (k ascending) when absent: Python's `put` (planner._grouped_best_fit_python)."""
     prev_sl = -1
     sl = r_head[r]
-    while sl >= 0 and lv[_K, sl] < k:
+    while sl >= 0 and lv[sl, _K] < k:
         prev_sl = sl
-        sl = lv[_NEXT, sl]
-    if sl >= 0 and lv[_K, sl] == k:
-        t = lv[_TAIL, sl]
+        sl = lv[sl, _NEXT]
+    if sl >= 0 and lv[sl, _K] == k:
+        t = lv[sl, _TAIL]
         if t >= 0:
-            nd_next[t] = ch_head
-            nd_prev[ch_head] = t
+            nd[t, _NXT] = ch_head
+            nd[ch_head, _PREV] = t
         else:
-            lv[_HEAD, sl] = ch_head
-        lv[_TAIL, sl] = ch_tail
-        lv[_SIZE, sl] += m
+            lv[sl, _HEAD] = ch_head
+        lv[sl, _TAIL] = ch_tail
+        lv[sl, _SIZE] += m
         return
     ns = _take(slot_free, top, 2)
-    lv[_K, ns] = k
-    lv[_SIZE, ns] = m
-    lv[_HEAD, ns] = ch_head
-    lv[_TAIL, ns] = ch_tail
-    lv[_NEXT, ns] = sl
+    lv[ns, _K] = k
+    lv[ns, _SIZE] = m
+    lv[ns, _HEAD] = ch_head
+    lv[ns, _TAIL] = ch_tail
+    lv[ns, _NEXT] = sl
     if prev_sl >= 0:
-        lv[_NEXT, prev_sl] = ns
+        lv[prev_sl, _NEXT] = ns
     else:
         if r_head[r] < 0:
-            _tree_set(tree, size, r, 1)
+            _bits_set(bits, off, r)
         r_head[r] = ns
 
 
 @_njit
-def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: ignore[no-untyped-def]
+def _run(values, counts, capacity, k_max, max_events, max_ranges, off):  # type: ignore[no-untyped-def]
     n_groups = values.shape[0]
     n_items = 0
     for g in range(n_groups):
         n_items += counts[g]
     smallest = values[n_groups - 1]
-    size = 1
-    while size < capacity + 1:
-        size *= 2
-    tree = np.zeros(2 * size, dtype=np.uint8)
+    bits = np.zeros(off[-1], dtype=np.uint64)  # remaining capacities 0..capacity that have a level
     r_head = np.full(capacity + 1, -1, dtype=np.int64)  # first level slot at remaining r (k ascending)
 
-    # levels: rows K, SIZE, HEAD, TAIL, NEXT of one array (see _put)
     n_slots = n_items + 2
-    lv = np.empty((5, n_slots), dtype=np.int64)
-    lv_k, lv_size, lv_head, lv_tail, lv_next = lv[_K], lv[_SIZE], lv[_HEAD], lv[_TAIL], lv[_NEXT]
+    lv = np.empty((n_slots, 5), dtype=np.int64)
     slot_free = np.empty(n_slots, dtype=np.int64)
     # free-list counters: [free nodes, next new node, free slots, next new slot]
     top = np.zeros(4, dtype=np.int64)
 
     n_nodes = 2 * n_items + 4
-    nd_s = np.empty(n_nodes, dtype=np.int64)
-    nd_e = np.empty(n_nodes, dtype=np.int64)
-    nd_prev = np.empty(n_nodes, dtype=np.int64)
-    nd_next = np.empty(n_nodes, dtype=np.int64)
+    nd = np.empty((n_nodes, 4), dtype=np.int64)
     node_free = np.empty(n_nodes, dtype=np.int64)
 
     ev_g = np.empty(max_events, dtype=np.int64)
@@ -177,7 +228,7 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
         length = values[g]
         n = counts[g]
         while n > 0:
-            r = _tree_first(tree, size, length)
+            r = _bits_first(bits, off, length)
             if r < 0:
                 q = min(_fit(capacity, length, k_max), n)
                 full = n // q
@@ -199,17 +250,17 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
                     # put((capacity - qq * length, qq), [(next_id, next_id + m)])
                     nr = capacity - qq * length
                     if not (nr < smallest or qq >= k_max):
-                        nd = _take(node_free, top, 0)
-                        nd_s[nd] = next_id
-                        nd_e[nd] = next_id + m
-                        nd_prev[nd] = -1
-                        nd_next[nd] = -1
-                        _put(lv, r_head, tree, size, nd_prev, nd_next, slot_free, top, nr, qq, nd, nd, m)
+                        c = _take(node_free, top, 0)
+                        nd[c, _S] = next_id
+                        nd[c, _E] = next_id + m
+                        nd[c, _PREV] = -1
+                        nd[c, _NXT] = -1
+                        _put(lv, r_head, bits, off, nd, slot_free, top, nr, qq, c, c, m)
                     next_id += m
                 break
             sl = r_head[r]
-            k = lv_k[sl]
-            m = lv_size[sl]
+            k = lv[sl, _K]
+            m = lv[sl, _SIZE]
             q = _fit(r, length, k_max - k)
             if m <= n // q:  # m * q <= n without overflow (q is huge for zero lengths)
                 whole = True
@@ -225,86 +276,72 @@ def _run(values, counts, capacity, k_max, max_events, max_ranges):  # type: igno
                     continue
                 # detach `want` packs from level sl: whole list, or from the tail (Python's take order)
                 if whole:
-                    ch_head = lv_head[sl]
-                    ch_tail = lv_tail[sl]
-                    lv_head[sl] = -1
-                    lv_tail[sl] = -1
-                    lv_size[sl] = 0
+                    ch_head = lv[sl, _HEAD]
+                    ch_tail = lv[sl, _TAIL]
+                    lv[sl, _HEAD] = -1
+                    lv[sl, _TAIL] = -1
+                    lv[sl, _SIZE] = 0
                 else:
                     ch_head = -1
                     ch_tail = -1
                     left = want
                     while left:
-                        t = lv_tail[sl]
-                        cnt = nd_e[t] - nd_s[t]
+                        t = lv[sl, _TAIL]
+                        cnt = nd[t, _E] - nd[t, _S]
                         if cnt <= left:
-                            p = nd_prev[t]
-                            lv_tail[sl] = p
+                            p = nd[t, _PREV]
+                            lv[sl, _TAIL] = p
                             if p >= 0:
-                                nd_next[p] = -1
+                                nd[p, _NXT] = -1
                             else:
-                                lv_head[sl] = -1
+                                lv[sl, _HEAD] = -1
                             left -= cnt
-                            nd = t
+                            c = t
                         else:
-                            nd = _take(node_free, top, 0)
-                            nd_s[nd] = nd_e[t] - left
-                            nd_e[nd] = nd_e[t]
-                            nd_e[t] = nd_e[t] - left
+                            c = _take(node_free, top, 0)
+                            nd[c, _S] = nd[t, _E] - left
+                            nd[c, _E] = nd[t, _E]
+                            nd[t, _E] = nd[t, _E] - left
                             left = 0
-                        nd_prev[nd] = ch_tail
-                        nd_next[nd] = -1
+                        nd[c, _PREV] = ch_tail
+                        nd[c, _NXT] = -1
                         if ch_tail >= 0:
-                            nd_next[ch_tail] = nd
+                            nd[ch_tail, _NXT] = c
                         else:
-                            ch_head = nd
-                        ch_tail = nd
-                    lv_size[sl] -= want
+                            ch_head = c
+                        ch_tail = c
+                    lv[sl, _SIZE] -= want
                 # record the event
                 if n_ev >= max_events:
                     return -1, ev_g, ev_q, ev_start, rr_s, rr_e, n_ev, next_id
                 ev_g[n_ev] = g
                 ev_q[n_ev] = qq
                 ev_start[n_ev] = n_rr
-                nd = ch_head
-                while nd >= 0:
+                c = ch_head
+                while c >= 0:
                     if n_rr >= max_ranges:
                         return -1, ev_g, ev_q, ev_start, rr_s, rr_e, n_ev, next_id
-                    rr_s[n_rr] = nd_s[nd]
-                    rr_e[n_rr] = nd_e[nd]
+                    rr_s[n_rr] = nd[c, _S]
+                    rr_e[n_rr] = nd[c, _E]
                     n_rr += 1
-                    nd = nd_next[nd]
+                    c = nd[c, _NXT]
                 n_ev += 1
                 ev_start[n_ev] = n_rr
                 # put((r - qq * length, k + qq), chain, want)
                 nr = r - qq * length
                 nk = k + qq
                 if nr < smallest or nk >= k_max:
-                    nd = ch_head
-                    while nd >= 0:
-                        _give(node_free, top, 0, nd)
-                        nd = nd_next[nd]
+                    c = ch_head
+                    while c >= 0:
+                        _give(node_free, top, 0, c)
+                        c = nd[c, _NXT]
                 else:
-                    _put(
-                        lv,
-                        r_head,
-                        tree,
-                        size,
-                        nd_prev,
-                        nd_next,
-                        slot_free,
-                        top,
-                        nr,
-                        nk,
-                        ch_head,
-                        ch_tail,
-                        want,
-                    )
+                    _put(lv, r_head, bits, off, nd, slot_free, top, nr, nk, ch_head, ch_tail, want)
             # drop the source level if it is empty (it is the head of r's list: smallest k)
-            if lv_size[sl] == 0:
-                r_head[r] = lv_next[sl]
+            if lv[sl, _SIZE] == 0:
+                r_head[r] = lv[sl, _NEXT]
                 if r_head[r] < 0:
-                    _tree_set(tree, size, r, 0)
+                    _bits_clear(bits, off, r)
                 _give(slot_free, top, 2, sl)
             if whole:
                 n -= m * q
@@ -379,7 +416,7 @@ def grouped_best_fit(
     max_ranges = n_items + 16
     while True:
         status, ev_g, ev_q, ev_start, rr_s, rr_e, n_ev, n_packs = _run(
-            values, counts, int(capacity), int(k_max), max_events, max_ranges
+            values, counts, int(capacity), int(k_max), max_events, max_ranges, _bits_layout(int(capacity) + 1)
         )
         if status == 0:
             break

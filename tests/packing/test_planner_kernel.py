@@ -149,3 +149,28 @@ def test_kernel_is_used_when_numba_is_installed(monkeypatch):
 def test_small_histograms_skip_the_kernel(monkeypatch):
     monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *a: pytest.fail("kernel ran for 3 lengths"))
     assert plan([5, 3, 3, 2, 8, 1], 8).num_packs == 3
+
+
+@needs_numba
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.sampled_from([1, 2, 63, 64, 65, 4095, 4096, 4097, 262_144, 262_145]),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(min_value=0, max_value=10**6)), max_size=60),
+    probes=st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=20),
+)
+def test_bitset_finds_the_smallest_marked_index_at_or_above(n, ops, probes):
+    """The 64-ary bitset tree against a plain set, across level boundaries (64, 4096, 262,144)."""
+    off = _bfd_kernel._bits_layout(n)
+    bits = np.zeros(off[-1], dtype=np.uint64)
+    marked: set[int] = set()
+    for on, r in ops:
+        r %= n
+        if on and r not in marked:  # the kernel marks an r only when its first level appears
+            _bfd_kernel._bits_set(bits, off, r)
+            marked.add(r)
+        elif not on and r in marked:
+            _bfd_kernel._bits_clear(bits, off, r)
+            marked.discard(r)
+    for x in [p % n for p in probes] + [0, n - 1]:
+        want = min((r for r in marked if r >= x), default=-1)
+        assert _bfd_kernel._bits_first(bits, off, x) == want
