@@ -404,6 +404,11 @@ def _counting_order(a, values, group_start, cur, idx):  # type: ignore[no-untype
     return idx
 
 
+# every id the kernel stores (pack, node, level slot, item count) is below 2 * n_items + 4: int32 up to
+# here (tests lower it to run the int64 specialisation)
+INT32_MAX_ITEMS = (int(np.iinfo(np.int32).max) - 4) // 2
+
+
 def grouped_best_fit(
     values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int
 ) -> tuple[np.ndarray, np.ndarray, Any]:
@@ -415,8 +420,7 @@ def grouped_best_fit(
     values = np.ascontiguousarray(values, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     n_items = int(counts.sum())
-    # every id the kernel stores (pack, node, level slot, item count) is below 2 * n_items + 4
-    ids = np.int32 if 2 * n_items + 4 < np.iinfo(np.int32).max else np.int64
+    ids = np.int32 if n_items <= INT32_MAX_ITEMS else np.int64
     # np.empty throughout: only what the run writes is ever touched (page faults are a real cost)
     per_pack = np.empty(n_items, dtype=ids)  # items per pack (a pack holds at least one item)
     fills = np.empty(n_items, dtype=np.int64)

@@ -174,3 +174,14 @@ def test_bitset_finds_the_smallest_marked_index_at_or_above(n, ops, probes):
     for x in [p % n for p in probes] + [0, n - 1]:
         want = min((r for r in marked if r >= x), default=-1)
         assert _bfd_kernel._bits_first(bits, off, x) == want
+
+
+@needs_numba
+def test_kernel_int64_ids_give_the_same_plans(monkeypatch):
+    """Past 1e9 items the kernel stores ids as int64: that specialisation plans exactly as int32 does."""
+    monkeypatch.setattr(_bfd_kernel, "INT32_MAX_ITEMS", 0)
+    for dist in ("uniform", "lognormal", "few", "bimodal"):
+        _both(_lengths(dist, 3_000, 4096, 3), 4096, max_per_pack=None)
+        _both(_lengths(dist, 3_000, 4096, 4), 4096, max_per_pack=3)
+    # the int64 specialisation is what ran (argument 5 is r_head, an id array)
+    assert any(str(sig[5].dtype) == "int64" for sig in _bfd_kernel._run.signatures)
