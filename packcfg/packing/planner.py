@@ -383,6 +383,8 @@ def _sorted_desc(a: np.ndarray) -> np.ndarray:
 
 # distinct lengths from which bfd/histogram use the compiled kernel (packcfg/packing/_bfd_kernel.py)
 _KERNEL_MIN_DISTINCT = 1000
+# the kernel indexes open packs by remaining capacity (an int32 per capacity, touched only where used)
+_KERNEL_MAX_CAPACITY = 1 << 26
 
 
 def _grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> _Packing:
@@ -396,23 +398,31 @@ def _grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) ->
     touches no per-item data; items are assigned to packs at the end with a few vectorised numpy passes.
     """
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
-    hist = np.bincount(a)
-    present = np.flatnonzero(hist)[::-1]  # distinct lengths, descending (the order _sorted_desc gives)
-    if len(present) >= _KERNEL_MIN_DISTINCT:  # below that the Python path costs less than loading numba
+    # distinct lengths, descending (the order _sorted_desc gives), and how many items have each
+    if int(a.max()) <= max(8 * len(a), 1 << 22):
+        hist = np.bincount(a)
+        present = np.flatnonzero(hist)[::-1]
+        counts = hist[present]
+    else:  # lengths far above the item count: a histogram would be huge and nearly empty
+        present, counts = np.unique(a, return_counts=True)
+        present, counts = present[::-1], counts[::-1]
+    # below _KERNEL_MIN_DISTINCT the Python path costs less than loading numba; above
+    # _KERNEL_MAX_CAPACITY the kernel's per-remaining-capacity index would not fit in memory
+    if len(present) >= _KERNEL_MIN_DISTINCT and capacity <= _KERNEL_MAX_CAPACITY:
         from packcfg.packing import _bfd_kernel  # lazy: numba's import is not free
 
         if _bfd_kernel.available():
-            offsets, fills, kbuild = _bfd_kernel.grouped_best_fit(present, hist[present], capacity, k_max)
+            offsets, fills, kbuild = _bfd_kernel.grouped_best_fit(present, counts, capacity, k_max)
             return _Packing(offsets, fills=fills, build=lambda: kbuild(a))
-    return _grouped_best_fit_python(a, capacity, k_max, hist, present)
+    return _grouped_best_fit_python(a, capacity, k_max, counts, present)
 
 
 def _grouped_best_fit_python(
-    a: np.ndarray, capacity: int, k_max: int, hist: np.ndarray, present: np.ndarray
+    a: np.ndarray, capacity: int, k_max: int, counts_of: np.ndarray, present: np.ndarray
 ) -> _Packing:
     """The pure-Python path: the fallback without numba, and the oracle the kernel is tested against."""
     values = present.tolist()
-    counts = hist[present].tolist()
+    counts = counts_of.tolist()
     smallest = values[-1]
 
     # level key (remaining, items) -> list of [start, stop) pack-id ranges; `keys` kept sorted.

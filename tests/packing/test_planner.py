@@ -270,3 +270,44 @@ def test_bins_sequence_behaviour():
     assert bins[-1].tolist() == list(bins)[-1].tolist()
     with pytest.raises(IndexError):
         bins[5]
+
+
+def test_huge_capacities_plan_in_bounded_memory():
+    """A capacity of 2**31 or 10**12 tokens plans a few thousand samples under a 4 GiB address-space
+    limit (a length histogram, or an index per remaining capacity, would need 17 GB to 8 TB)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        import numpy as np
+        from packcfg.packing import ALGORITHMS, plan
+        a = np.random.default_rng(0).integers(1, 2**31 - 1, 5000)
+        for cap in (2**31 - 1, 10**12):
+            for algo in ALGORITHMS:
+                p = plan(a, cap, algo)
+                assert sorted(p.order.tolist()) == list(range(5000)), algo
+                assert (p.pack_lengths() <= cap).all(), algo
+        print("ok")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_kernel_capacity_limit_keeps_plans():
+    """Past the kernel's capacity limit the Python path plans: the same plan either way."""
+    from packcfg.packing import planner
+
+    a = np.random.default_rng(3).integers(1, 50_000, 3000)
+    want = plan(a, 60_000)
+    old = planner._KERNEL_MAX_CAPACITY
+    planner._KERNEL_MAX_CAPACITY = 1000
+    try:
+        got = plan(a, 60_000)
+    finally:
+        planner._KERNEL_MAX_CAPACITY = old
+    assert np.array_equal(got.order, want.order) and np.array_equal(got.offsets, want.offsets)
