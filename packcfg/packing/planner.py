@@ -166,6 +166,9 @@ def plan(
     - `pairs`: DPO. `True` pairs samples (0,1), (2,3), ...; or an (M, 2) array of (chosen, rejected)
       indices. A pair is placed adjacently in one pack.
     - `secondary`, `secondary_capacity`: a second per-pack budget (e.g. images), greedy_buffer only.
+      A split sample's pieces each count the whole sample's value: the planner does not know where
+      the images fall, so it never under-counts (VLM training splits at image boundaries itself,
+      packcfg.train.vlm.split_sample, and budgets each piece's own tiles).
     - `unpacked_global_batch_size`: if given, the stats advise the packed global batch size.
     A fixed `seed` gives the identical plan on every run.
     """
