@@ -14,15 +14,19 @@ matches a file means that file is complete.
 from __future__ import annotations
 
 import json
+import os
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from packcfg import __version__
 from packcfg.core.atomic import atomic_path, atomic_write_text
 from packcfg.packing.errors import PackingError
+from packcfg.packing.parquet import Compressor, ListColumn, ListParquetWriter, RowGroup, encode_row_group
 from packcfg.packing.planner import PackPlan
 from packcfg.packing.sources import Spool
 
@@ -95,13 +99,16 @@ _POSITION_KEYS = np.zeros(0, dtype=np.uint64)
 
 
 def _position_keys(n: int) -> np.ndarray:
-    """Fixed pseudo-random odd 64-bit multipliers, one per position (grown on demand)."""
+    """Fixed pseudo-random odd 64-bit multipliers, one per position (grown on demand; thread-safe: a
+    caller gets arrays at least n long even when another thread grows the cache meanwhile)."""
     global _POSITION_KEYS
-    if len(_POSITION_KEYS) < n:
-        size = max(n, 2 * len(_POSITION_KEYS), 1 << 16)
+    keys = _POSITION_KEYS
+    if len(keys) < n:
+        size = max(n, 2 * len(keys), 1 << 16)
         keys = np.random.default_rng(0x5EED).integers(0, 2**63, size=size, dtype=np.uint64) * np.uint64(2)
-        _POSITION_KEYS = keys | np.uint64(1)
-    return _POSITION_KEYS
+        keys |= np.uint64(1)
+        _POSITION_KEYS = keys
+    return keys
 
 
 _R = 0x9E3779B97F4A7C15  # odd: invertible modulo 2**64
@@ -110,18 +117,19 @@ _POWERS = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """R**i and R**-i modulo 2**64 for i < n (cached, grown on demand)."""
+    """R**i and R**-i modulo 2**64 for i < n (cached, grown on demand; thread-safe like _position_keys)."""
     global _POWERS
-    if len(_POWERS[0]) < n:
-        size = max(n, 2 * len(_POWERS[0]))
+    powers = _POWERS
+    if len(powers[0]) < n:
+        size = max(n, 2 * len(powers[0]))
         with np.errstate(over="ignore"):
             fwd = np.empty(size, dtype=np.uint64)
             inv = np.empty(size, dtype=np.uint64)
             fwd[0] = inv[0] = 1
             fwd[1:] = np.cumprod(np.full(size - 1, _R, dtype=np.uint64))
             inv[1:] = np.cumprod(np.full(size - 1, _R_INV, dtype=np.uint64))
-        _POWERS = (fwd, inv)
-    return _POWERS
+        powers = _POWERS = (fwd, inv)
+    return powers
 
 
 def slot_hashes(tokens: np.ndarray, mask: np.ndarray, slot_offsets: np.ndarray) -> np.ndarray:
@@ -159,44 +167,50 @@ def digest_add(digest: int, hashes: np.ndarray) -> int:
         return (digest + int(hashes.sum(dtype=np.uint64))) & 0xFFFFFFFFFFFFFFFF
 
 
-def _list_array(values: np.ndarray, offsets: np.ndarray) -> Any:
-    import pyarrow as pa
-
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
-
-
-# Parquet settings are keyed by a column's leaf path; for a list column that is `<name>.list.element`
-# (keying them by the top-level name, as before, silently applied the defaults).
+# Parquet settings are keyed by a column's leaf path; for a list column that is `<name>.list.element`.
 COLUMNS = ("input_ids", "loss_mask", "seq_start_id")
 
 
 def leaf(column: str) -> str:
-    """The Parquet leaf path of a list<...> column: what compression/dictionary settings are keyed by."""
+    """The Parquet leaf path of a list<...> column (what a reader's column metadata names)."""
     return f"{column}.list.element"
 
 
-# Chosen by measurement (docs/packing.md, "Output size"): token ids are dictionary-encoded (a vocabulary
-# fits the 1 MiB dictionary page: ids become 15-17-bit codes) and zstd-compressed. The 0/1 loss mask (int8,
-# stored as Parquet INT32) is plain-encoded and left to zstd: 2.5 MiB instead of 0.2 MiB per 75M tokens,
-# but a third less CPU than its dictionary encoding, which was a tenth of `pack`'s time.
-COMPRESSION = {leaf("input_ids"): "zstd", leaf("loss_mask"): "zstd", leaf("seq_start_id"): "zstd"}
-COMPRESSION_LEVEL = {leaf("input_ids"): 1, leaf("loss_mask"): 1, leaf("seq_start_id"): 1}
-DICTIONARY = [leaf("input_ids")]
+# Chosen by measurement (docs/packing.md, "Output size"): token ids and the 0/1 loss mask are
+# dictionary-encoded (ids become 16-bit codes, most frequent first; the mask 1-bit codes) and every page is
+# zstd-compressed at level 1; the small seq_start_id column is plain.
+PACKED_COLUMNS = (
+    ListColumn("input_ids", np.int32, dictionary=True),
+    ListColumn("loss_mask", np.int8, dictionary=True),
+    ListColumn("seq_start_id", np.int32, dictionary=False),
+)
+CODEC, CODEC_LEVEL = "zstd", 1
+
+
+def arrow_schema() -> Any:
+    """The packed file's Arrow schema (what pyarrow reads back)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("input_ids", pa.list_(pa.int32())),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("seq_start_id", pa.list_(pa.int32())),
+        ]
+    )
 
 
 def _row_group(
-    spool: Spool, p: PackPlan, packs: np.ndarray, pad_id: int, schema: Any
-) -> tuple[Any, np.ndarray]:
-    """One row group of the packed file as an Arrow table, with the slot hashes of its samples."""
-    import pyarrow as pa
-
+    spool: Spool, p: PackPlan, packs: np.ndarray, pad_id: int, compress: Compressor
+) -> tuple[RowGroup, np.ndarray]:
+    """One row group of the packed file, encoded, with the slot hashes of its samples."""
     tokens, mask, row_off, seq_starts, seq_off = pack_rows(spool, p, packs, pad_id)
     slots = np.append(seq_starts + np.repeat(row_off[:-1], np.diff(seq_off)), row_off[-1])
-    table = pa.Table.from_arrays(
-        [_list_array(tokens, row_off), _list_array(mask, row_off), _list_array(seq_starts, seq_off)],
-        schema=schema,
+    hashes = slot_hashes(tokens, mask, slots)
+    group = encode_row_group(
+        PACKED_COLUMNS, [(tokens, row_off), (mask, row_off), (seq_starts, seq_off)], compress
     )
-    return table, slot_hashes(tokens, mask, slots)
+    return group, hashes
 
 
 # the key of packcfg's own entry in the Parquet file's key-value metadata: it marks a file packcfg wrote
@@ -215,69 +229,63 @@ def write_packed(
     fail_after_rows: int | None = None,
     file_metadata: dict[str, Any] | None = None,
     inputs: tuple[Path | None, ...] = (),
+    workers: int | None = None,
 ) -> np.ndarray:
     """Write the packed Parquet atomically; returns the pack ids in file row order.
 
     Packs are written in a seeded random order (Bridge's packer shuffles too): a best-fit plan lists its
     packs from the longest samples to the shortest, and a trainer that reads rows in order must not see
-    that drift. `file_metadata` gets `samples_digest` (the sum of `slot_hashes` over every slot) and goes
-    into the file's key-value metadata under `packcfg` (it marks the file as packcfg's: `pack` replaces only
-    such files without --force). `inputs`: files the output must not
-    be. `fail_after_rows` exists for tests of atomicity (raise mid-write).
+    that drift. Row groups (~1M tokens each) are built, hashed and encoded in `workers` threads (default:
+    the CPUs, at most 4; numpy and zstd release the GIL) and written in order, at most `workers` + 1 in
+    memory. `file_metadata` gets `samples_digest` (the sum of `slot_hashes` over every slot) and goes into
+    the file's key-value metadata under `packcfg` (it marks the file as packcfg's: `pack` replaces only
+    such files without --force). `inputs`: files the output must not be. `fail_after_rows` exists for
+    tests of atomicity (raise mid-write).
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     n = p.num_packs
     row_order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
     if rows_per_group is None:
         # ~1M tokens per row group: bounded memory whatever the capacity, and Bridge-friendly group sizes
         rows_per_group = max(16, min(4096, (1 << 20) // max(1, p.capacity)))
-    schema = pa.schema(
-        [
-            ("input_ids", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.int8())),
-            ("seq_start_id", pa.list_(pa.int32())),
-        ]
-    )
+    workers = workers or max(1, min(4, os.cpu_count() or 1))
+    compress = Compressor(CODEC, CODEC_LEVEL)
     written = 0
     digest = 0
-    # pyarrow >= 17 adds footer metadata at close (with the digest); older ones take it at open (the
-    # digest then lives in the metadata JSON only)
-    late = hasattr(pq.ParquetWriter, "add_key_value_metadata")
-    if file_metadata is not None and not late:
-        schema = schema.with_metadata({PARQUET_KEY: json.dumps(file_metadata, sort_keys=True)})
-    with atomic_path(out_path, inputs=inputs, what="packed file") as tmp:
-        with pq.ParquetWriter(
-            tmp,
-            schema,
-            compression=COMPRESSION,
-            compression_level=COMPRESSION_LEVEL,
-            use_dictionary=DICTIONARY,
-            write_statistics=False,
-        ) as writer:
-            # the next row group is built (numpy, and its slot hashes) in a worker thread while this
-            # one is encoded (pyarrow): both release the GIL, so on two cores the two overlap; at most
-            # two row groups are in memory
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                bounds = range(0, n, rows_per_group)
-                pending = pool.submit(_row_group, spool, p, row_order[:rows_per_group], pad_id, schema)
-                for lo in bounds:
-                    table, hashes = pending.result()
-                    if lo + rows_per_group < n:
-                        nxt = row_order[lo + rows_per_group : lo + 2 * rows_per_group]
-                        pending = pool.submit(_row_group, spool, p, nxt, pad_id, schema)
-                    digest = digest_add(digest, hashes)
-                    writer.write_table(table, row_group_size=table.num_rows)
-                    written += table.num_rows
-                    if progress is not None:
-                        progress.update(table.num_rows)
-                    if fail_after_rows is not None and written >= fail_after_rows:
-                        raise OSError("injected failure (test)")
-            if file_metadata is not None:
-                file_metadata["samples_digest"] = f"{digest:016x}"
-                if late:  # written into the footer at close: the digest is known only now
-                    writer.add_key_value_metadata({PARQUET_KEY: json.dumps(file_metadata, sort_keys=True)})
+    with atomic_path(out_path, inputs=inputs, what="packed file") as tmp, open(tmp, "wb") as fh:
+        writer = ListParquetWriter(
+            fh,
+            PACKED_COLUMNS,
+            CODEC,
+            arrow_schema=arrow_schema(),
+            created_by=f"packcfg version {__version__}",
+        )
+        groups = (row_order[lo : lo + rows_per_group] for lo in range(0, n, rows_per_group))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packcfg-write")
+        try:
+            pending: deque[Future[tuple[RowGroup, np.ndarray]]] = deque()
+            for packs in groups:
+                pending.append(pool.submit(_row_group, spool, p, packs, pad_id, compress))
+                if len(pending) > workers:
+                    break
+            while pending:
+                group, hashes = pending.popleft().result()
+                nxt = next(groups, None)
+                if nxt is not None:
+                    pending.append(pool.submit(_row_group, spool, p, nxt, pad_id, compress))
+                digest = digest_add(digest, hashes)
+                writer.write(group)
+                written += group.num_rows
+                if progress is not None:
+                    progress.update(group.num_rows)
+                if fail_after_rows is not None and written >= fail_after_rows:
+                    raise OSError("injected failure (test)")
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        key_value = None
+        if file_metadata is not None:
+            file_metadata["samples_digest"] = f"{digest:016x}"
+            key_value = {PARQUET_KEY.decode(): json.dumps(file_metadata, sort_keys=True)}
+        writer.close(key_value)
     return row_order
 
 

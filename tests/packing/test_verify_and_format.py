@@ -176,9 +176,11 @@ def test_parquet_is_written_with_the_intended_compression_and_dictionary(packed)
     assert sorted(cols) == sorted(leaf(c) for c in COLUMNS)
     for c in COLUMNS:
         assert cols[leaf(c)].compression == "ZSTD", (c, cols[leaf(c)].compression)
+    # ids and the 0/1 mask as dictionary codes; seq_start_id (a few values per row) plain
     assert "RLE_DICTIONARY" in cols[leaf("input_ids")].encodings, cols[leaf("input_ids")].encodings
-    # the 0/1 mask is left to zstd: its dictionary encoding cost more CPU than it saved bytes
-    assert "RLE_DICTIONARY" not in cols[leaf("loss_mask")].encodings, cols[leaf("loss_mask")].encodings
+    assert "RLE_DICTIONARY" in cols[leaf("loss_mask")].encodings, cols[leaf("loss_mask")].encodings
+    assert "RLE_DICTIONARY" not in cols[leaf("seq_start_id")].encodings, cols[leaf("seq_start_id")].encodings
+    assert md.created_by.startswith("packcfg version ")
     assert b"packcfg" in md.metadata
 
 
@@ -192,18 +194,3 @@ def test_packed_file_is_at_least_twice_smaller_than_plain(tmp_path, capsys):
     plain = tmp_path / "plain.parquet"
     pq.write_table(pq.read_table(out), plain, compression="none", use_dictionary=False)
     assert out.stat().st_size * 2 <= plain.stat().st_size, (out.stat().st_size, plain.stat().st_size)
-
-
-def test_older_pyarrow_without_footer_metadata_still_marks_the_file(tmp_path, capsys, monkeypatch):
-    """pyarrow < 17 has no ParquetWriter.add_key_value_metadata: the entry goes in at open (no digest)."""
-    from packcfg.packing.writer import parquet_entry
-
-    monkeypatch.delattr(pq.ParquetWriter, "add_key_value_metadata")
-    src = write_jsonl(tmp_path / "d.jsonl", random_token_rows(40, seed=8))
-    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "200", "-q")
-    assert rc == 0, err
-    out = tmp_path / "d.packed.parquet"
-    entry = parquet_entry(out)
-    assert entry is not None and "samples_digest" not in entry
-    rc, text, err = run_cli(capsys, "verify", out)
-    assert rc == 0 and "samples digest matches" in text, err  # the digest from the metadata JSON
