@@ -12,12 +12,13 @@ prediction counts. Each sample's last position is 0: it predicts nothing inside 
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +30,7 @@ from packcfg.packing.errors import PackingError
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 T = TypeVar("T")
+U = TypeVar("U")
 TOKENIZED_FORMATS = ("text", "chat")  # the source formats a tokenizer reads (the others hold token ids)
 
 
@@ -459,7 +461,6 @@ def _make_batch(
 
 def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
@@ -492,61 +493,93 @@ def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
             raise PackingError(f"{path}: column 'answer_start_idx' has type {t}, expected int")
         columns.append("answer_start_idx")
         mode = "answer"
-    row = 1
-    for rb in pf.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
-        ids_col = rb.column("input_ids")
-        if ids_col.null_count:
-            bad = row + int(np.flatnonzero(ids_col.is_null().to_numpy(zero_copy_only=False))[0])
-            raise PackingError(f"{path}: row {bad}: input_ids is null")
-        lens = pc.list_value_length(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
-        if (lens == 0).any():
-            raise PackingError(f"{path}: row {row + int(np.argmin(lens))}: input_ids is empty")
-        offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-        np.cumsum(lens, out=offsets[1:])
-        flat = ids_col.flatten()
-        if flat.null_count:  # a null inside a list: never let it become -2147483648
-            k = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
-            j = int(np.searchsorted(offsets, k, side="right")) - 1
-            raise PackingError(f"{path}: row {row + j}: input_ids[{k - int(offsets[j])}] is null")
-        values = flat.to_numpy(zero_copy_only=False)
-        if len(values) and (values.min() < 0 or values.max() > MAX_TOKEN_ID):
-            k = int(np.flatnonzero((values < 0) | (values > MAX_TOKEN_ID))[0])
-            j = int(np.searchsorted(offsets, k, side="right")) - 1
-            raise PackingError(
-                f"{path}: row {row + j}: input_ids[{k - int(offsets[j])}] is {int(values[k])}: token ids "
-                f"must be integers in 0..{MAX_TOKEN_ID}"
+    meta = pf.metadata
+    first_rows = np.zeros(meta.num_row_groups + 1, dtype=np.int64)
+    np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], out=first_rows[1:])
+    biggest = max((meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), default=0)
+    workers = min(2, os.cpu_count() or 1)
+    if workers < 2 or meta.num_row_groups < 2 or biggest > PARALLEL_ROW_GROUP_BYTES:
+        row = 1
+        for rb in pf.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
+            yield _parquet_batch(path, rb, row, mode)
+            row += rb.num_rows
+        return
+    # row groups decoded (and checked, and masked) in parallel, handed on in file order; each worker
+    # opens the file itself (a ParquetFile is not shared between threads)
+    local = threading.local()
+
+    def group(i: int) -> list[Batch]:
+        if not hasattr(local, "file"):
+            local.file = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+        table = local.file.read_row_group(i, columns=columns, use_threads=False)
+        out, row = [], 1 + int(first_rows[i])
+        for rb in table.to_batches(max_chunksize=batch_size):
+            out.append(_parquet_batch(path, rb, row, mode))
+            row += rb.num_rows
+        return out
+
+    for batches in ordered_map(group, range(meta.num_row_groups), workers):
+        yield from batches
+
+
+# row groups up to this size (uncompressed) are decoded two at a time; larger ones stream batch by batch
+PARALLEL_ROW_GROUP_BYTES = 32 << 20
+
+
+def _parquet_batch(path: Path, rb: Any, row: int, mode: str) -> Batch:
+    """A record batch of a Parquet source (its first row is `row`, 1-based) as a Batch, checked."""
+    import pyarrow.compute as pc
+
+    ids_col = rb.column("input_ids")
+    if ids_col.null_count:
+        bad = row + int(np.flatnonzero(ids_col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise PackingError(f"{path}: row {bad}: input_ids is null")
+    lens = pc.list_value_length(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
+    if (lens == 0).any():
+        raise PackingError(f"{path}: row {row + int(np.argmin(lens))}: input_ids is empty")
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    flat = ids_col.flatten()
+    if flat.null_count:  # a null inside a list: never let it become -2147483648
+        k = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
+        j = int(np.searchsorted(offsets, k, side="right")) - 1
+        raise PackingError(f"{path}: row {row + j}: input_ids[{k - int(offsets[j])}] is null")
+    values = flat.to_numpy(zero_copy_only=False)
+    if len(values) and (values.min() < 0 or values.max() > MAX_TOKEN_ID):
+        k = int(np.flatnonzero((values < 0) | (values > MAX_TOKEN_ID))[0])
+        j = int(np.searchsorted(offsets, k, side="right")) - 1
+        raise PackingError(
+            f"{path}: row {row + j}: input_ids[{k - int(offsets[j])}] is {int(values[k])}: token ids "
+            f"must be integers in 0..{MAX_TOKEN_ID}"
+        )
+    if mode == "mask":
+        mcol = rb.column("loss_mask")
+        mlens = pc.list_value_length(mcol).to_numpy(zero_copy_only=False)
+        if mcol.null_count or not np.array_equal(np.nan_to_num(mlens), lens):
+            j = (
+                int(np.flatnonzero(np.nan_to_num(mlens) != lens)[0])
+                if not np.array_equal(np.nan_to_num(mlens), lens)
+                else 0
             )
-        if mode == "mask":
-            mcol = rb.column("loss_mask")
-            mlens = pc.list_value_length(mcol).to_numpy(zero_copy_only=False)
-            if mcol.null_count or not np.array_equal(np.nan_to_num(mlens), lens):
-                j = (
-                    int(np.flatnonzero(np.nan_to_num(mlens) != lens)[0])
-                    if not np.array_equal(np.nan_to_num(mlens), lens)
-                    else 0
-                )
-                raise PackingError(f"{path}: row {row + j}: loss_mask length differs from input_ids")
-            mflat = mcol.flatten()
-            if mflat.null_count:
-                k = int(np.flatnonzero(mflat.is_null().to_numpy(zero_copy_only=False))[0])
-                j = int(np.searchsorted(offsets, k, side="right")) - 1
-                raise PackingError(f"{path}: row {row + j}: loss_mask[{k - int(offsets[j])}] is null")
-            m = mflat.to_numpy(zero_copy_only=False).astype(np.int64)
-            if len(m) and (m.min() < 0 or m.max() > 1):
-                raise PackingError(
-                    f"{path}: row {row}..{row + len(lens) - 1}: loss_mask values must be 0 or 1"
-                )
-            lm = label_mask_from_input_mask(m, offsets)
-        elif mode == "answer":
-            a = rb.column("answer_start_idx").to_numpy(zero_copy_only=False)
-            if np.isnan(a.astype(float)).any() or (a < 0).any() or (a > lens).any():
-                j = int(np.flatnonzero(np.isnan(a.astype(float)) | (a < 0) | (a > lens))[0])
-                raise PackingError(f"{path}: row {row + j}: answer_start_idx {a[j]} outside 0..{lens[j]}")
-            lm = label_mask_from_answer_start(a.astype(np.int64), offsets)
-        else:
-            lm = label_mask_all(offsets)
-        yield Batch(values.astype(np.int32, copy=False), offsets, lm, row)
-        row += len(lens)
+            raise PackingError(f"{path}: row {row + j}: loss_mask length differs from input_ids")
+        mflat = mcol.flatten()
+        if mflat.null_count:
+            k = int(np.flatnonzero(mflat.is_null().to_numpy(zero_copy_only=False))[0])
+            j = int(np.searchsorted(offsets, k, side="right")) - 1
+            raise PackingError(f"{path}: row {row + j}: loss_mask[{k - int(offsets[j])}] is null")
+        m = mflat.to_numpy(zero_copy_only=False).astype(np.int64)
+        if len(m) and (m.min() < 0 or m.max() > 1):
+            raise PackingError(f"{path}: row {row}..{row + len(lens) - 1}: loss_mask values must be 0 or 1")
+        lm = label_mask_from_input_mask(m, offsets)
+    elif mode == "answer":
+        a = rb.column("answer_start_idx").to_numpy(zero_copy_only=False)
+        if np.isnan(a.astype(float)).any() or (a < 0).any() or (a > lens).any():
+            j = int(np.flatnonzero(np.isnan(a.astype(float)) | (a < 0) | (a > lens))[0])
+            raise PackingError(f"{path}: row {row + j}: answer_start_idx {a[j]} outside 0..{lens[j]}")
+        lm = label_mask_from_answer_start(a.astype(np.int64), offsets)
+    else:
+        lm = label_mask_all(offsets)
+    return Batch(values.astype(np.int32, copy=False), offsets, lm, row)
 
 
 # --------------------------------------------------------------------------------------------- text
@@ -739,6 +772,36 @@ def _iter_chat_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Itera
 
 
 # --------------------------------------------------------------------------------------------- spool
+
+
+def ordered_map(
+    fn: Callable[[U], T], items: Iterable[U], workers: int, ahead: int | None = None
+) -> Iterator[T]:
+    """fn(item) for each item, computed in `workers` threads, yielded in the order of `items`: at most
+    `ahead` (default `workers`) results wait beyond the one being consumed. An exception of fn is raised
+    here, in its place in the sequence; when the consumer stops early the pending work is cancelled."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    ahead = workers if ahead is None else ahead
+    it = iter(items)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packcfg-worker")
+    try:
+        pending: collections.deque[Future[T]] = collections.deque()
+        for item in it:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > ahead:
+                break
+        while pending:
+            result = pending.popleft().result()
+            nxt = next(it, _DONE)
+            if nxt is not _DONE:
+                pending.append(pool.submit(fn, nxt))
+            yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_DONE = object()
 
 
 def prefetched(items: Iterator[T], depth: int = 2) -> Iterator[T]:

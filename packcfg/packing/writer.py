@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from packcfg.core.atomic import atomic_path, atomic_write_text
 from packcfg.packing.errors import PackingError
 from packcfg.packing.parquet import Compressor, ListColumn, ListParquetWriter, RowGroup, encode_row_group
 from packcfg.packing.planner import PackPlan
-from packcfg.packing.sources import Spool
+from packcfg.packing.sources import Spool, ordered_map
 
 FORMAT_VERSION = 1
 SPLIT_NAMES = ("train", "validation", "test")
@@ -260,27 +258,16 @@ def write_packed(
             created_by=f"packcfg version {__version__}",
         )
         groups = (row_order[lo : lo + rows_per_group] for lo in range(0, n, rows_per_group))
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packcfg-write")
-        try:
-            pending: deque[Future[tuple[RowGroup, np.ndarray]]] = deque()
-            for packs in groups:
-                pending.append(pool.submit(_row_group, spool, p, packs, pad_id, compress))
-                if len(pending) > workers:
-                    break
-            while pending:
-                group, hashes = pending.popleft().result()
-                nxt = next(groups, None)
-                if nxt is not None:
-                    pending.append(pool.submit(_row_group, spool, p, nxt, pad_id, compress))
-                digest = digest_add(digest, hashes)
-                writer.write(group)
-                written += group.num_rows
-                if progress is not None:
-                    progress.update(group.num_rows)
-                if fail_after_rows is not None and written >= fail_after_rows:
-                    raise OSError("injected failure (test)")
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        for group, hashes in ordered_map(
+            lambda packs: _row_group(spool, p, packs, pad_id, compress), groups, workers
+        ):
+            digest = digest_add(digest, hashes)
+            writer.write(group)
+            written += group.num_rows
+            if progress is not None:
+                progress.update(group.num_rows)
+            if fail_after_rows is not None and written >= fail_after_rows:
+                raise OSError("injected failure (test)")
         key_value = None
         if file_metadata is not None:
             file_metadata["samples_digest"] = f"{digest:016x}"

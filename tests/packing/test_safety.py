@@ -239,6 +239,47 @@ def test_bad_token_ids_in_parquet_are_named(tmp_path, capsys, column, shown):
     assert not (tmp_path / "bad.packed.parquet").exists()
 
 
+def _multi_group_parquet(path, rows=400, per_group=37, bad_row=None):
+    rng = np.random.default_rng(12)
+    ids = [rng.integers(0, 500, int(n)).tolist() for n in rng.integers(1, 30, rows)]
+    answer = [int(rng.integers(0, len(x) + 1)) for x in ids]
+    if bad_row is not None:
+        ids[bad_row - 1][-1] = -7
+    table = pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())), "answer_start_idx": answer})
+    pq.write_table(table, path, row_group_size=per_group)
+    return path
+
+
+def test_parquet_row_groups_read_in_parallel_give_the_batches_of_the_sequential_reader(tmp_path, monkeypatch):
+    from packcfg.packing import sources
+
+    src = _multi_group_parquet(tmp_path / "g.parquet")
+    assert pq.ParquetFile(src).metadata.num_row_groups > 5
+    monkeypatch.setattr(sources.os, "cpu_count", lambda: 2)
+    parallel = list(sources.iter_batches(src, batch_size=16))
+    monkeypatch.setattr(sources, "PARALLEL_ROW_GROUP_BYTES", 0)  # every group "too big": sequential
+    sequential = list(sources.iter_batches(src, batch_size=16))
+    flat = [np.concatenate([getattr(b, f) for b in parallel]) for f in ("values", "mask")]
+    assert np.array_equal(flat[0], np.concatenate([b.values for b in sequential]))
+    assert np.array_equal(flat[1], np.concatenate([b.mask for b in sequential]))
+    lines = np.concatenate([b.sample_lines() for b in parallel])
+    assert lines.tolist() == list(range(1, 401))
+    assert lines.tolist() == np.concatenate([b.sample_lines() for b in sequential]).tolist()
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_bad_value_in_a_later_parquet_row_group_names_its_row(tmp_path, capsys, monkeypatch, parallel):
+    from packcfg.packing import sources
+
+    monkeypatch.setattr(sources.os, "cpu_count", lambda: 2)
+    if not parallel:
+        monkeypatch.setattr(sources, "PARALLEL_ROW_GROUP_BYTES", 0)
+    src = _multi_group_parquet(tmp_path / "bad.parquet", bad_row=301)
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "64")
+    line = one_line(err)
+    assert rc == 2 and "row 301: input_ids[" in line and "is -7" in line, line
+
+
 def test_null_in_parquet_loss_mask_is_named(tmp_path, capsys):
     src = tmp_path / "m.parquet"
     table = pa.table(
