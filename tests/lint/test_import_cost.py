@@ -10,7 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ("torch", "megatron", "nemo_run", "matplotlib", "pydantic", "ruamel", "jsonschema", "numba", "pyarrow")
+HEAVY = (
+    "torch",
+    "megatron",
+    "nemo_run",
+    "matplotlib",
+    "pydantic",
+    "ruamel",
+    "jsonschema",
+    "numba",
+    "pyarrow",
+)
 
 RUNNER = """
 import json, sys
