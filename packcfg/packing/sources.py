@@ -225,6 +225,8 @@ def _check_ids(path: Path, where: str, ids: Any, line: str | None = None) -> np.
 
 
 JSONL_BLOCK_BYTES = 16 << 20
+# threads that read a source (Parquet row groups, JSONL blocks) side by side
+READ_WORKERS = min(2, os.cpu_count() or 1)
 
 
 def _iter_token_jsonl_fast(
@@ -250,33 +252,44 @@ def _iter_token_jsonl_fast(
         ]
     )
     parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    done = 0  # records yielded so far (= lines: every earlier block had one record per line)
     try:
         f = open(path, "rb")
     except OSError as exc:
         raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    with f:
+
+    def blocks() -> Iterator[bytes | None]:
+        """Whole-line blocks of the file; None: a line longer than a block (the exact reader decides)."""
         rest = b""
         while True:
             chunk = f.read(block_bytes)
             block = rest + chunk
-            if not chunk:
-                rest = b""
-            else:
+            if chunk:
                 cut = block.rfind(b"\n") + 1
-                if cut == 0:  # one line longer than the block: the exact reader handles it
-                    break
+                if cut == 0:
+                    yield None
+                    return
                 block, rest = block[:cut], block[cut:]
-            if not block:
+            if block:
+                yield block
+            if not chunk:
                 return
-            batch, lines = _token_block(block, parse, done + 1, block_bytes)
+
+    def parsed(block: bytes | None) -> tuple[Batch | None, int]:
+        return (None, 0) if block is None else _token_block(block, parse, 1, block_bytes)
+
+    done = 0  # records yielded so far (= lines: every earlier block had one record per line)
+    with f:
+        # blocks are parsed two at a time (the compiled reader releases the GIL), handed on in order; at
+        # most one more waits, so memory stays at a few blocks
+        for batch, lines in ordered_map(parsed, blocks(), READ_WORKERS, ahead=1):
             if batch is None:
                 break
+            batch.first_line = done + 1
             for lo in range(0, len(batch.offsets) - 1, batch_size):
                 yield _slice_batch(batch, lo, lo + batch_size)
             done += lines
-            if not chunk:
-                return
+        else:
+            return
     yield from _iter_token_jsonl(path, batch_size, skip=done)
 
 
@@ -497,7 +510,7 @@ def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
     first_rows = np.zeros(meta.num_row_groups + 1, dtype=np.int64)
     np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], out=first_rows[1:])
     biggest = max((meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), default=0)
-    workers = min(2, os.cpu_count() or 1)
+    workers = READ_WORKERS
     if workers < 2 or meta.num_row_groups < 2 or biggest > PARALLEL_ROW_GROUP_BYTES:
         row = 1
         for rb in pf.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):

@@ -255,7 +255,7 @@ def test_parquet_row_groups_read_in_parallel_give_the_batches_of_the_sequential_
 
     src = _multi_group_parquet(tmp_path / "g.parquet")
     assert pq.ParquetFile(src).metadata.num_row_groups > 5
-    monkeypatch.setattr(sources.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(sources, "READ_WORKERS", 2)
     parallel = list(sources.iter_batches(src, batch_size=16))
     monkeypatch.setattr(sources, "PARALLEL_ROW_GROUP_BYTES", 0)  # every group "too big": sequential
     sequential = list(sources.iter_batches(src, batch_size=16))
@@ -271,7 +271,7 @@ def test_parquet_row_groups_read_in_parallel_give_the_batches_of_the_sequential_
 def test_bad_value_in_a_later_parquet_row_group_names_its_row(tmp_path, capsys, monkeypatch, parallel):
     from packcfg.packing import sources
 
-    monkeypatch.setattr(sources.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(sources, "READ_WORKERS", 2)
     if not parallel:
         monkeypatch.setattr(sources, "PARALLEL_ROW_GROUP_BYTES", 0)
     src = _multi_group_parquet(tmp_path / "bad.parquet", bad_row=301)
