@@ -277,6 +277,7 @@ def encode_column(
     No nulls: every row is a list and every element a value; an empty list is written as one (definition
     level 1) so that the levels count it. `levels`: a cache shared by columns with the same row offsets."""
     values = np.asarray(values)
+    key = id(offsets)  # the caller's array: alive (and unchanged) while its row group is encoded
     offsets = np.asarray(offsets, dtype=np.int64)
     levels = {} if levels is None else levels
     rows = len(offsets) - 1
@@ -300,7 +301,6 @@ def encode_column(
         dictionary_bytes = size
         encodings = (_PLAIN, _RLE, _RLE_DICTIONARY)
     # pages end at the first row boundary past PAGE_VALUES level entries (an empty list is one entry)
-    key = (offsets.ctypes.data, rows, int(offsets[-1]) if rows >= 0 else 0)
     if key not in levels:
         empty = lengths == 0
         entries = np.zeros(rows + 1, dtype=np.int64)

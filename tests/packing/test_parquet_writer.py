@@ -180,3 +180,26 @@ def test_independent_readers_read_what_was_written(tmp_path, monkeypatch, reader
         assert [str(t) for t in df.dtypes] == ["List(Int32)", "List(Int8)", "List(Int32)"]
         got = {c.name: df[c.name].to_list() for c in COLUMNS}
     assert got == expected
+
+
+def test_columns_with_equal_row_counts_but_different_offsets_keep_their_own_levels():
+    """The level cache is per offsets array: int32 offsets (converted on the way in) never mix."""
+    ids = np.arange(6, dtype=np.int32)
+    data = [
+        (ids, np.array([0, 1, 6], dtype=np.int32)),
+        (np.zeros(6, np.int8), np.array([0, 5, 6], dtype=np.int32)),
+        (np.arange(4, dtype=np.int32), np.array([0, 2, 4], dtype=np.int32)),
+    ]
+    buf = io.BytesIO()
+    w = P.ListParquetWriter(buf, COLUMNS, "zstd", arrow_schema=SCHEMA)
+    w.write(P.encode_row_group(COLUMNS, data, P.Compressor()))
+    w.close()
+    t = pq.read_table(io.BytesIO(buf.getvalue()))
+    assert t.column("input_ids").to_pylist() == [[0], [1, 2, 3, 4, 5]]
+    assert t.column("loss_mask").to_pylist() == [[0] * 5, [0]]
+    assert t.column("seq_start_id").to_pylist() == [[0, 1], [2, 3]]
+
+
+def test_a_file_without_row_groups_is_valid():
+    t = pq.read_table(io.BytesIO(_write([])))
+    assert t.num_rows == 0 and t.schema == SCHEMA
