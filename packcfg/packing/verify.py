@@ -342,30 +342,50 @@ def _check_batch(
         okm = np.ones(nrows, dtype=bool)
         okm[rows] = False
         ok &= okm
-    # per-slot checks on the rows whose structure is sound
-    for r in np.flatnonzero(ok):
-        row_ids_n = int(n[r])
-        starts = st[st_off[r] : st_off[r + 1]].astype(np.int64)
-        m = mask[mask_off[r] : mask_off[r + 1]]
-        bounds = np.append(starts, row_ids_n)
-        if np.any(m[bounds[1:] - 1] != 0):
-            j = int(np.flatnonzero(m[bounds[1:] - 1] != 0)[0])
-            report.add(
-                f"{packed}: row {r0 + r}: sample {j}: loss_mask is not 0 at its last position "
-                "(not label-aligned)",
-                max_errors,
-            )
-        runtime = row_ids_n - len(starts)  # each sample gives up one token at runtime (input vs label)
-        if capacity is not None and runtime > capacity:
-            report.add(
-                f"{packed}: row {r0 + r}: {runtime} runtime tokens exceed pack_size {capacity}", max_errors
-            )
-        if align > 1 and np.any((np.diff(bounds) - 1) % align):
-            report.add(
-                f"{packed}: row {r0 + r}: a sample's runtime length is not a multiple of pad_seq_to_mult "
-                f"{align}",
-                max_errors,
-            )
+    # per-slot checks on the rows whose structure is sound (at least one slot each, starts strictly
+    # increasing from 0 inside the row, mask as long as the ids), vectorised over the batch; the rows
+    # with a finding are then reported in row order, each row's findings in the order below
+    sound = np.flatnonzero(ok)
+    if len(sound):
+        cnt = nst[sound].astype(np.int64)
+        cum = np.cumsum(cnt)
+        first_slot = cum - cnt
+        if len(sound) == nrows:  # the usual case: every slot of the batch
+            starts = st.astype(np.int64)
+        else:
+            starts = st[np.repeat(st_off[sound] - first_slot, cnt) + np.arange(int(cum[-1]))].astype(np.int64)
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:]
+        ends[cum - 1] = n[sound]  # a row's last slot ends with the row
+        slot_rows = np.repeat(sound, cnt)
+        not_aligned = mask[mask_off[slot_rows] + ends - 1] != 0  # the last position of every slot
+        bad_label = np.logical_or.reduceat(not_aligned, first_slot)
+        runtime = n[sound] - cnt  # each sample gives up one token at runtime (input vs label)
+        bad_cap = runtime > capacity if capacity is not None else np.zeros(len(sound), dtype=bool)
+        if align > 1:
+            bad_align = np.logical_or.reduceat((ends - starts - 1) % align != 0, first_slot)
+        else:
+            bad_align = np.zeros(len(sound), dtype=bool)
+        for k in np.flatnonzero(bad_label | bad_cap | bad_align):
+            r = int(sound[k])
+            if bad_label[k]:
+                j = int(np.flatnonzero(not_aligned[first_slot[k] : cum[k]])[0])
+                report.add(
+                    f"{packed}: row {r0 + r}: sample {j}: loss_mask is not 0 at its last position "
+                    "(not label-aligned)",
+                    max_errors,
+                )
+            if bad_cap[k]:
+                report.add(
+                    f"{packed}: row {r0 + r}: {int(runtime[k])} runtime tokens exceed pack_size {capacity}",
+                    max_errors,
+                )
+            if bad_align[k]:
+                report.add(
+                    f"{packed}: row {r0 + r}: a sample's runtime length is not a multiple of "
+                    f"pad_seq_to_mult {align}",
+                    max_errors,
+                )
     return ok
 
 

@@ -425,6 +425,67 @@ def test_a_packed_file_error_stops_the_source_pass(packed, tmp_path, monkeypatch
     assert not any(t.name == "packcfg-verify-source" for t in threading.enumerate())
 
 
+def _row_findings(tmp_path: Path) -> list[str]:
+    """Label alignment, pack_size and pad_seq_to_mult findings of hand-made rows, some of them unsound."""
+    i8, i32 = np.int8, np.int32
+
+    def row(lens: list[int], last_mask: dict[int, int] | None = None, start0: int = 0) -> dict:
+        ids = np.arange(3, 3 + sum(lens), dtype=i32)
+        mask = np.ones(len(ids), i8)
+        st = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(i32)
+        mask[np.cumsum(lens) - 1] = 0
+        for j, v in (last_mask or {}).items():
+            mask[int(np.cumsum(lens)[j]) - 1] = v
+        st[0] = start0
+        return {"input_ids": ids, "loss_mask": mask, "seq_start_id": st}
+
+    rows = [
+        row([3, 5, 3]),  # fine: runtime 8, slots 2, 4, 2 (align 2)
+        row([3, 5, 3], {1: 1}),  # sample 1 not label-aligned
+        row([5, 5, 5]),  # runtime 12 > 10
+        row([3, 4, 3]),  # sample 1 runtime 3: not a multiple of 2
+        row([3, 3], start0=1),  # unsound: seq_start_id does not start at 0 (not checked further)
+        row([7, 4, 3], {0: 1, 2: 1}),  # all three, sample 0 named first
+        row([2, 2, 2, 2, 2, 2, 2], {6: 1}),  # runtime 7 (fine), last sample not label-aligned
+        row([5, 7]),  # fine: runtime 10, exactly pack_size
+    ]
+    meta = tmp_path / "rows.metadata.json"
+    meta.write_text(json.dumps([{"pack_size": 10, "pad_seq_to_mult": 2}]))
+    out = []
+    for some_unsound in (rows, rows[:4] + rows[5:]):  # the batch with and without an unsound row
+        report = verify_packed(rewrite(some_unsound, tmp_path / "rows.parquet"), meta)
+        out += [m.replace(str(tmp_path), "TMP") for m in report.errors] + [str(report.error_count)]
+    return out
+
+
+def test_row_findings_are_as_before(tmp_path):
+    assert _row_findings(tmp_path) == _ROW_FINDINGS_BEFORE
+
+
+# what _check_batch's per-row loop reported (packcfg 89ef28d)
+_ROW_FINDINGS_BEFORE: list[str] = [
+    "TMP/rows.parquet: row 4: seq_start_id must start at 0, got [1, 3, 0]",
+    "TMP/rows.parquet: row 1: sample 1: loss_mask is not 0 at its last position (not label-aligned)",
+    "TMP/rows.parquet: row 2: 12 runtime tokens exceed pack_size 10",
+    "TMP/rows.parquet: row 3: a sample's runtime length is not a multiple of pad_seq_to_mult 2",
+    "TMP/rows.parquet: row 5: sample 0: loss_mask is not 0 at its last position (not label-aligned)",
+    "TMP/rows.parquet: row 5: 11 runtime tokens exceed pack_size 10",
+    "TMP/rows.parquet: row 5: a sample's runtime length is not a multiple of pad_seq_to_mult 2",
+    "TMP/rows.parquet: row 6: sample 6: loss_mask is not 0 at its last position (not label-aligned)",
+    "TMP/rows.parquet: row 6: a sample's runtime length is not a multiple of pad_seq_to_mult 2",
+    "9",
+    "TMP/rows.parquet: row 1: sample 1: loss_mask is not 0 at its last position (not label-aligned)",
+    "TMP/rows.parquet: row 2: 12 runtime tokens exceed pack_size 10",
+    "TMP/rows.parquet: row 3: a sample's runtime length is not a multiple of pad_seq_to_mult 2",
+    "TMP/rows.parquet: row 4: sample 0: loss_mask is not 0 at its last position (not label-aligned)",
+    "TMP/rows.parquet: row 4: 11 runtime tokens exceed pack_size 10",
+    "TMP/rows.parquet: row 4: a sample's runtime length is not a multiple of pad_seq_to_mult 2",
+    "TMP/rows.parquet: row 5: sample 6: loss_mask is not 0 at its last position (not label-aligned)",
+    "TMP/rows.parquet: row 5: a sample's runtime length is not a multiple of pad_seq_to_mult 2",
+    "8",
+]
+
+
 # --------------------------------------------------------------------------- Parquet settings
 
 
