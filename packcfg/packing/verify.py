@@ -366,23 +366,23 @@ def _check_batch(
             bad_align = np.logical_or.reduceat((ends - starts - 1) % align != 0, first_slot)
         else:
             bad_align = np.zeros(len(sound), dtype=bool)
-        for k in np.flatnonzero(bad_label | bad_cap | bad_align):
-            r = int(sound[k])
+        for k in np.flatnonzero(bad_label | bad_cap | bad_align).tolist():
+            row = r0 + int(sound[k])
             if bad_label[k]:
                 j = int(np.flatnonzero(not_aligned[first_slot[k] : cum[k]])[0])
                 report.add(
-                    f"{packed}: row {r0 + r}: sample {j}: loss_mask is not 0 at its last position "
+                    f"{packed}: row {row}: sample {j}: loss_mask is not 0 at its last position "
                     "(not label-aligned)",
                     max_errors,
                 )
             if bad_cap[k]:
                 report.add(
-                    f"{packed}: row {r0 + r}: {int(runtime[k])} runtime tokens exceed pack_size {capacity}",
+                    f"{packed}: row {row}: {int(runtime[k])} runtime tokens exceed pack_size {capacity}",
                     max_errors,
                 )
             if bad_align[k]:
                 report.add(
-                    f"{packed}: row {r0 + r}: a sample's runtime length is not a multiple of "
+                    f"{packed}: row {row}: a sample's runtime length is not a multiple of "
                     f"pad_seq_to_mult {align}",
                     max_errors,
                 )
@@ -661,14 +661,32 @@ def _item_slots(
 
 @dataclass
 class _Expected:
-    """The slots the source makes, sorted by hash: distinct full hashes with their count and the source
-    line of the first, and the tokens-only hashes sorted with the line of each."""
+    """The slots the source makes: their distinct full hashes sorted, with their count and the source line
+    of the first, and every slot's tokens-only hash and line in source order (looked up rarely)."""
 
     uniq: np.ndarray  # uint64, sorted distinct full hashes
     count: np.ndarray  # int64, how many expected slots have each
     line: np.ndarray  # int64, the source line of the first (source order) of each
-    tok_sorted: np.ndarray  # uint64, every tokens-only hash, sorted
-    tok_line: np.ndarray  # int64, the source line of each (the first in source order among equal ones)
+    tokens: np.ndarray  # uint64, every slot's tokens-only hash, source order
+    lines: np.ndarray  # int64, every slot's source line
+    _tok_sorted: tuple[np.ndarray, np.ndarray] | None = None
+    _lookups: int = 0
+
+    def tokens_line(self, h: np.uint64) -> int | None:
+        """The source line of the first slot (source order) whose tokens-only hash is h, else None.
+
+        Only a slot of the file that matches no source slot is looked up (at most --max-errors of them):
+        a few are scanned for, more sort the hashes once (a stable argsort: the first among equal ones)."""
+        self._lookups += 1
+        if self._tok_sorted is None and self._lookups <= 32:
+            at = np.flatnonzero(self.tokens == h)
+            return int(self.lines[at[0]]) if len(at) else None
+        if self._tok_sorted is None:
+            order = np.argsort(self.tokens, kind="stable")
+            self._tok_sorted = (self.tokens[order], self.lines[order])
+        tok_sorted, tok_line = self._tok_sorted
+        t = np.searchsorted(tok_sorted, h)
+        return int(tok_line[t]) if t < len(tok_sorted) and tok_sorted[t] == h else None
 
 
 def _join(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -722,11 +740,7 @@ def _expected_slots(
     count = np.diff(np.append(first, len(order)))
     line = exp_line[order[first]]
     del order, first
-    exp_tok = _join(tok_parts, np.uint64)
-    tok_order = np.argsort(exp_tok, kind="stable")  # stable: the first among equal hashes comes first
-    tok_sorted = exp_tok[tok_order]
-    del exp_tok
-    return _Expected(uniq, count, line, tok_sorted, exp_line[tok_order])
+    return _Expected(uniq, count, line, _join(tok_parts, np.uint64), exp_line)
 
 
 _MALLOC_TRIM: list[Any] = []
@@ -826,7 +840,6 @@ def _check_against_source(
     exp = expected() if callable(expected) else expected
     _release_memory()  # what the worker freed, before the comparison's arrays
     e_uniq, e_count = exp.uniq, exp.count
-    tok_sorted = exp.tok_sorted
     idx = np.minimum(np.searchsorted(e_uniq, f), max(len(e_uniq) - 1, 0))
     present = (e_uniq[idx] == f) if len(e_uniq) else np.zeros(len(f), dtype=bool)
     dup = present & (rank >= np.where(present, e_count[idx], 0))
@@ -843,9 +856,9 @@ def _check_against_source(
             line = int(exp.line[idx[k]])
             report.add(f"{path}: row {r} sample {j}: duplicate of source line {line}", max_errors)
         else:
-            t = np.searchsorted(tok_sorted, slots.tokens[k])
-            if t < len(tok_sorted) and tok_sorted[t] == slots.tokens[k]:
-                line = int(exp.tok_line[t])
+            tok_line = exp.tokens_line(slots.tokens[k])
+            if tok_line is not None:
+                line = tok_line
                 report.add(
                     f"{path}: row {r} sample {j}: tokens match source line {line} but the loss_mask differs",
                     max_errors,

@@ -323,6 +323,10 @@ def _source_reports(packed: Path, tmp_path: Path) -> dict[str, tuple[int, str]]:
     many = [dict(r) for r in rows]
     for r in many:
         r["input_ids"] = r["input_ids"] + 1
+    many_masks = [dict(r) for r in rows]
+    for r in many_masks:
+        r["loss_mask"] = r["loss_mask"].copy()
+        r["loss_mask"][r["seq_start_id"]] = 1 - r["loss_mask"][r["seq_start_id"]]  # every sample's first
     bad_src = tmp_path / "bad.jsonl"
     lines = src.read_text().splitlines(keepends=True)
     bad_src.write_text("".join(lines[:50]) + '{"input_ids": [5, -2, 7]}\n' + "".join(lines[50:]))
@@ -335,6 +339,9 @@ def _source_reports(packed: Path, tmp_path: Path) -> dict[str, tuple[int, str]]:
         "missing": cli("verify", rewrite(rows[1:], tmp_path / "missing.parquet"), "--source", src),
         "duplicate": cli("verify", rewrite(rows + rows[2:3], tmp_path / "dup.parquet"), "--source", src),
         "many": cli("verify", rewrite(many, tmp_path / "many.parquet"), "--source", src, "--max-errors", 3),
+        "many masks": cli(
+            "verify", rewrite(many_masks, tmp_path / "masks.parquet"), "--source", src, "--max-errors", 60
+        ),
         "metadata": cli("verify", rewrite(altered, packed), "--source", src),  # metadata beside: digest
         "bad source": cli("verify", tmp_path / "dup.parquet", "--source", bad_src),
         "no source": cli("verify", tmp_path / "dup.parquet", "--source", tmp_path / "nope.jsonl"),
@@ -369,6 +376,70 @@ _REPORTS_BEFORE: dict[str, tuple[int, str]] = {
         "TMP/many.parquet: row 0 sample 1: not found in TMP/data.jsonl (tokens altered or foreign)\n"
         "TMP/many.parquet: row 0 sample 2: not found in TMP/data.jsonl (tokens altered or foreign)\n"
         "... and 237 more\n",
+    ),
+    "many masks": (
+        1,
+        "TMP/masks.parquet: row 0 sample 0: tokens match source line 103 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 0 sample 1: tokens match source line 43 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 0 sample 2: tokens match source line 76 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 0 sample 3: tokens match source line 44 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 1 sample 0: tokens match source line 34 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 1 sample 1: tokens match source line 8 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 1 sample 2: tokens match source line 84 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 2 sample 0: tokens match source line 119 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 2 sample 1: tokens match source line 47 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 2 sample 2: tokens match source line 36 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 3 sample 0: tokens match source line 101 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 3 sample 1: tokens match source line 9 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 3 sample 2: tokens match source line 40 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 0: tokens match source line 48 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 1: tokens match source line 109 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 2: tokens match source line 7 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 3: tokens match source line 73 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 4: tokens match source line 63 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 5: tokens match source line 5 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 6: tokens match source line 23 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 7: tokens match source line 46 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 8: tokens match source line 90 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 4 sample 9: tokens match source line 112 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 5 sample 0: tokens match source line 91 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 5 sample 1: tokens match source line 26 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 5 sample 2: tokens match source line 45 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 5 sample 3: tokens match source line 2 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 0: tokens match source line 87 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 1: tokens match source line 96 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 2: tokens match source line 102 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 3: tokens match source line 108 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 4: tokens match source line 12 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 5: tokens match source line 20 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 6: tokens match source line 19 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 7: tokens match source line 94 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 8: tokens match source line 17 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 6 sample 9: tokens match source line 54 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 7 sample 0: tokens match source line 116 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 7 sample 1: tokens match source line 13 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 7 sample 2: tokens match source line 3 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 8 sample 0: tokens match source line 110 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 8 sample 1: tokens match source line 58 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 8 sample 2: tokens match source line 10 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 8 sample 3: tokens match source line 89 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 9 sample 0: tokens match source line 85 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 9 sample 1: tokens match source line 75 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 9 sample 2: tokens match source line 68 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 9 sample 3: tokens match source line 4 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 9 sample 4: tokens match source line 93 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 9 sample 5: tokens match source line 52 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 10 sample 0: tokens match source line 51 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 10 sample 1: tokens match source line 22 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 10 sample 2: tokens match source line 29 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 11 sample 0: tokens match source line 16 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 11 sample 1: tokens match source line 86 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 11 sample 2: tokens match source line 107 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 11 sample 3: tokens match source line 35 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 12 sample 0: tokens match source line 53 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 12 sample 1: tokens match source line 56 but the loss_mask differs\n"
+        "TMP/masks.parquet: row 12 sample 2: tokens match source line 42 but the loss_mask differs\n"
+        "... and 180 more\n",
     ),
     "mask": (
         1,
