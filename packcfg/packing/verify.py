@@ -251,9 +251,10 @@ def _verify_packed(
         report.rows += nrows
         report.tokens += int(ids_off[-1])
         r0 += nrows
-    slot_h = np.concatenate(slot_hash_parts) if slot_hash_parts else np.zeros(0, np.uint64)
-    slot_row = np.concatenate(slot_row_parts) if slot_row_parts else np.zeros(0, np.int64)
-    row_h = np.concatenate(row_hash_parts) if row_hash_parts else np.zeros(0, np.uint64)
+    # joined part by part, each part freed as it is copied (no second copy of every array at once)
+    slot_h = _join(slot_hash_parts, np.uint64)
+    slot_row = _join(slot_row_parts, np.int64)
+    row_h = _join(row_hash_parts, np.uint64)
     _check_against_metadata(report, entry, meta_path or packed, slot_h, slot_row, row_h, max_errors)
     if source is not None and expected is not None:
         del slot_hash_parts, slot_row_parts, row_hash_parts, row_h
@@ -264,9 +265,9 @@ def _verify_packed(
             expected.result,
             _Slots(
                 slot_h,
-                np.concatenate(slot_tok_parts) if slot_tok_parts else np.zeros(0, np.uint64),
+                _join(slot_tok_parts, np.uint64),
                 slot_row,
-                np.concatenate(slot_j_parts) if slot_j_parts else np.zeros(0, np.int32),
+                _join(slot_j_parts, np.int32),
             ),
             max_errors,
         )
@@ -820,15 +821,8 @@ def _check_against_source(
     slot hashes, rows and positions with their sorted form, ~50; the source's sorted hashes and lines, ~40),
     whatever the size of the data."""
     f = slots.full
-    # rank of each slot among the file's slots with the same hash (file order): beyond the expected count
-    # it is a duplicate
-    f_order = np.argsort(f, kind="stable")
-    f_sorted = f[f_order]
-    group_start = np.searchsorted(f_sorted, f_sorted, side="left")
-    rank = np.empty(len(f), dtype=np.int64)
-    rank[f_order] = np.arange(len(f)) - group_start
-    del f_order, group_start
-    # np.unique(f, return_counts=True) from the sorted copy
+    # np.unique(f, return_counts=True), from one sorted copy
+    f_sorted = np.sort(f)
     new = np.ones(len(f_sorted), dtype=bool)
     if len(f_sorted):
         np.not_equal(f_sorted[1:], f_sorted[:-1], out=new[1:])
@@ -836,13 +830,31 @@ def _check_against_source(
     f_uniq = f_sorted[f_first]
     f_count = np.diff(np.append(f_first, len(f_sorted)))
     del new, f_first, f_sorted
+    # rank of each slot among the file's slots with the same hash (file order): beyond the expected count
+    # it is a duplicate. Only slots whose hash the file holds more than once can have a rank above 0:
+    # ranked among themselves (usually none), not the whole file
+    if len(f_uniq) < len(f):
+        repeated = f_uniq[f_count > 1]
+        at = np.minimum(np.searchsorted(repeated, f), len(repeated) - 1)
+        multi = np.flatnonzero(repeated[at] == f)
+        fm = f[multi]
+        m_order = np.argsort(fm, kind="stable")
+        m_sorted = fm[m_order]
+        m_rank = np.empty(len(fm), dtype=np.int64)
+        m_rank[m_order] = np.arange(len(fm)) - np.searchsorted(m_sorted, m_sorted, side="left")
+        del at, fm, m_order, m_sorted
+    else:
+        multi = m_rank = np.zeros(0, dtype=np.int64)
 
     exp = expected() if callable(expected) else expected
     _release_memory()  # what the worker freed, before the comparison's arrays
     e_uniq, e_count = exp.uniq, exp.count
     idx = np.minimum(np.searchsorted(e_uniq, f), max(len(e_uniq) - 1, 0))
     present = (e_uniq[idx] == f) if len(e_uniq) else np.zeros(len(f), dtype=bool)
-    dup = present & (rank >= np.where(present, e_count[idx], 0))
+    limit = np.where(present, e_count[idx], 0)  # (raises, as it always did, when nothing is expected)
+    dup = np.zeros(len(f), dtype=bool)
+    dup[multi] = present[multi] & (m_rank >= limit[multi])
+    del limit
     missing_in_file = ~present
     bad = np.flatnonzero(dup | missing_in_file)  # file order
     path = report.path

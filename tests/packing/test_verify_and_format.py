@@ -332,6 +332,8 @@ def _source_reports(packed: Path, tmp_path: Path) -> dict[str, tuple[int, str]]:
     bad_src.write_text("".join(lines[:50]) + '{"input_ids": [5, -2, 7]}\n' + "".join(lines[50:]))
     not_parquet = tmp_path / "not.parquet"
     not_parquet.write_text("not a parquet file\n")
+    twice = tmp_path / "twice.jsonl"  # every sample twice in the source
+    twice.write_text(src.read_text() * 2)
     return {
         "ok": cli("verify", packed, "--source", src),
         "altered": cli("verify", rewrite(altered, tmp_path / "altered.parquet"), "--source", src),
@@ -341,6 +343,14 @@ def _source_reports(packed: Path, tmp_path: Path) -> dict[str, tuple[int, str]]:
         "many": cli("verify", rewrite(many, tmp_path / "many.parquet"), "--source", src, "--max-errors", 3),
         "many masks": cli(
             "verify", rewrite(many_masks, tmp_path / "masks.parquet"), "--source", src, "--max-errors", 60
+        ),
+        "thrice of twice": cli(
+            "verify",
+            rewrite(rows + rows[2:3] + rows[:1] + rows[2:3], tmp_path / "thrice.parquet"),
+            "--source",
+            twice,
+            "--max-errors",
+            12,
         ),
         "metadata": cli("verify", rewrite(altered, packed), "--source", src),  # metadata beside: digest
         "bad source": cli("verify", tmp_path / "dup.parquet", "--source", bad_src),
@@ -470,6 +480,26 @@ _REPORTS_BEFORE: dict[str, tuple[int, str]] = {
         "parquet file.)\n",
     ),
     "ok": (0, ""),
+    "thrice of twice": (
+        1,
+        "TMP/thrice.parquet: row 30 sample 0: duplicate of source line 119\n"
+        "TMP/thrice.parquet: row 30 sample 1: duplicate of source line 47\n"
+        "TMP/thrice.parquet: row 30 sample 2: duplicate of source line 36\n"
+        "TMP/twice.jsonl:1: sample missing from TMP/thrice.parquet\n"
+        "TMP/twice.jsonl:2: sample missing from TMP/thrice.parquet\n"
+        "TMP/twice.jsonl:3: sample missing from TMP/thrice.parquet\n"
+        "TMP/twice.jsonl:4: sample missing from TMP/thrice.parquet\n"
+        "TMP/twice.jsonl:5: sample missing from TMP/thrice.parquet\n"
+        "TMP/twice.jsonl:6: sample missing from TMP/thrice.parquet\n"
+        "TMP/twice.jsonl:7: sample missing from TMP/thrice.parquet\n"
+        "TMP/twice.jsonl:8: sample missing from TMP/thrice.parquet\n"
+        "TMP/twice.jsonl:9: sample missing from TMP/thrice.parquet\n"
+        "warning: TMP/thrice.parquet: row 28 is identical to row 2 (no samples_digest in the "
+        "metadata to tell a duplicate from a repeated source sample)\n"
+        "warning: TMP/thrice.parquet: row 29 is identical to row 0 (no samples_digest in the "
+        "metadata to tell a duplicate from a repeated source sample)\n"
+        "... and 104 more\n",
+    ),
 }
 
 
