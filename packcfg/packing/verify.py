@@ -139,7 +139,8 @@ def verify_packed(
     that every source sample is in exactly one slot, intact.
 
     Raises PackingError when the inputs cannot be read (exit 2); violations go into the report (exit 1).
-    Memory: one record batch of rows plus 8 bytes per sample (with `source`, see _check_against_source).
+    Memory: one record batch of rows plus ~16 bytes per sample (a slot's hash and row; with `source`, see
+    _check_against_source).
 
     With `source`, the source is read and hashed in a worker thread while this one reads the packed file
     (pyarrow, numpy and the JSONL kernel release the GIL); the two meet only for the final comparison. An
@@ -818,8 +819,9 @@ def _check_against_source(
 
     The source is streamed batch by batch and the 64-bit slot hashes compared as sorted arrays: memory is
     one source batch (its per-token work in chunks of ~256k tokens) plus ~90 bytes per sample (the file's
-    slot hashes, rows and positions with their sorted form, ~50; the source's sorted hashes and lines, ~40),
-    whatever the size of the data."""
+    slot hashes, tokens-only hashes, rows and positions, and its distinct hashes with their counts, ~45; the
+    source's distinct hashes, counts and lines, and every slot's tokens-only hash and line, ~40; a few
+    bytes more while they are compared), whatever the size of the data."""
     f = slots.full
     # np.unique(f, return_counts=True), from one sorted copy
     f_sorted = np.sort(f)
