@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from packcfg.packing import writer as _writer
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import OVERSIZE_POLICIES, PlanError, itemize
-from packcfg.packing.sources import TOKENIZED_FORMATS, detect_format, iter_batches
+from packcfg.packing.sources import (
+    TOKENIZED_FORMATS,
+    Batch,
+    _iter_token_jsonl_fast,
+    detect_format,
+    iter_batches,
+)
 from packcfg.packing.writer import (
+    _GOLD,
     _M1,
+    _R,
+    _R_INV,
     _mix,
     _position_keys,
     digest_add,
@@ -127,7 +139,12 @@ def verify_packed(
     that every source sample is in exactly one slot, intact.
 
     Raises PackingError when the inputs cannot be read (exit 2); violations go into the report (exit 1).
-    Memory: one record batch of rows plus 8 bytes per sample.
+    Memory: one record batch of rows plus ~16 bytes per sample (a slot's hash and row; with `source`, see
+    _check_against_source).
+
+    With `source`, the source is read and hashed in a worker thread while this one reads the packed file
+    (pyarrow, numpy and the JSONL kernel release the GIL); the two meet only for the final comparison. An
+    error of the packed file is raised first, as when the source was read after it; then one of the source.
     """
     packed = Path(packed)
     report = VerifyReport(packed)
@@ -150,6 +167,40 @@ def verify_packed(
     align = int(entry.get("pad_seq_to_mult") or 1)
     pad_id = int(entry.get("pad_id") or 0)
 
+    expected: _Background | None = None
+    if source is not None:
+        policy = (entry.get("oversize") or {}).get("policy", "error")
+        if policy not in OVERSIZE_POLICIES:
+            policy = "error"
+        import pyarrow.parquet  # noqa: F401 - imported here, not in two threads at once
+
+        expected = _Background(
+            _expected_slots,
+            Path(source),
+            tokenizer or _meta_path(entry.get("tokenizer")),
+            capacity,
+            align,
+            pad_id,
+            policy,
+        )
+    try:
+        return _verify_packed(packed, report, entry, meta_path, source, capacity, align, expected, max_errors)
+    finally:
+        if expected is not None:
+            expected.cancel()  # the packed file failed: stop reading the source (a no-op once done)
+
+
+def _verify_packed(
+    packed: Path,
+    report: VerifyReport,
+    entry: dict[str, Any],
+    meta_path: Path | None,
+    source: Path | None,
+    capacity: int | None,
+    align: int,
+    expected: _Background | None,
+    max_errors: int,
+) -> VerifyReport:
     slot_j_parts: list[np.ndarray] = []
     slot_tok_parts: list[np.ndarray] = []
     slot_hash_parts: list[np.ndarray] = []
@@ -185,43 +236,39 @@ def verify_packed(
                 flat_off = np.zeros(len(lens) + 1, dtype=np.int64)
                 np.cumsum(lens, out=flat_off[1:])
                 slot_ids, slot_mask = ids[gi], mask[gm]
-            h = slot_hashes(slot_ids, slot_mask, flat_off)
+            if source is not None:  # tokens-only hashes tell "loss mask differs" from "not found"
+                h, h_tok = _slot_hash_pair(slot_ids, slot_mask, flat_off)
+                slot_tok_parts.append(h_tok)
+                slot_j_parts.append(j_in_row.astype(np.int32))
+            else:
+                h = slot_hashes(slot_ids, slot_mask, flat_off)
             slot_hash_parts.append(h)
             slot_row_parts.append((slot_rows + r0).astype(np.int64))
             with np.errstate(over="ignore"):  # a row's hash: its slots' hashes in order
                 keyed = h * _position_keys(int(counts.max()))[j_in_row]
                 row_h[good] = _mix(np.add.reduceat(keyed, cum - counts) + counts.astype(np.uint64) * _M1)
             report.samples += int(cum[-1])
-            if source is not None:  # tokens-only hashes tell "loss mask differs" from "not found"
-                slot_tok_parts.append(slot_hashes(slot_ids, np.zeros(len(slot_ids), np.int8), flat_off))
-                slot_j_parts.append(j_in_row.astype(np.int32))
         row_hash_parts.append(row_h)
         report.rows += nrows
         report.tokens += int(ids_off[-1])
         r0 += nrows
-    slot_h = np.concatenate(slot_hash_parts) if slot_hash_parts else np.zeros(0, np.uint64)
-    slot_row = np.concatenate(slot_row_parts) if slot_row_parts else np.zeros(0, np.int64)
-    row_h = np.concatenate(row_hash_parts) if row_hash_parts else np.zeros(0, np.uint64)
+    # joined part by part, each part freed as it is copied (no second copy of every array at once)
+    slot_h = _join(slot_hash_parts, np.uint64)
+    slot_row = _join(slot_row_parts, np.int64)
+    row_h = _join(row_hash_parts, np.uint64)
     _check_against_metadata(report, entry, meta_path or packed, slot_h, slot_row, row_h, max_errors)
-    if source is not None:
-        import pyarrow as pa
-
-        # the packed file's read buffers stay in pyarrow's pool (mimalloc/jemalloc) unless handed back:
-        # ~50 MB of peak RSS while the source streams (1M samples)
-        getattr(pa.default_memory_pool(), "release_unused", lambda: None)()
+    if source is not None and expected is not None:
+        del slot_hash_parts, slot_row_parts, row_hash_parts, row_h
+        _release_memory()  # the packed file's read buffers, while the source may still stream
         _check_against_source(
             report,
             source,
-            tokenizer or _meta_path(entry.get("tokenizer")),
-            entry,
-            align,
-            pad_id,
-            capacity,
+            expected.result,
             _Slots(
                 slot_h,
-                np.concatenate(slot_tok_parts) if slot_tok_parts else np.zeros(0, np.uint64),
+                _join(slot_tok_parts, np.uint64),
                 slot_row,
-                np.concatenate(slot_j_parts) if slot_j_parts else np.zeros(0, np.int32),
+                _join(slot_j_parts, np.int32),
             ),
             max_errors,
         )
@@ -297,30 +344,50 @@ def _check_batch(
         okm = np.ones(nrows, dtype=bool)
         okm[rows] = False
         ok &= okm
-    # per-slot checks on the rows whose structure is sound
-    for r in np.flatnonzero(ok):
-        row_ids_n = int(n[r])
-        starts = st[st_off[r] : st_off[r + 1]].astype(np.int64)
-        m = mask[mask_off[r] : mask_off[r + 1]]
-        bounds = np.append(starts, row_ids_n)
-        if np.any(m[bounds[1:] - 1] != 0):
-            j = int(np.flatnonzero(m[bounds[1:] - 1] != 0)[0])
-            report.add(
-                f"{packed}: row {r0 + r}: sample {j}: loss_mask is not 0 at its last position "
-                "(not label-aligned)",
-                max_errors,
-            )
-        runtime = row_ids_n - len(starts)  # each sample gives up one token at runtime (input vs label)
-        if capacity is not None and runtime > capacity:
-            report.add(
-                f"{packed}: row {r0 + r}: {runtime} runtime tokens exceed pack_size {capacity}", max_errors
-            )
-        if align > 1 and np.any((np.diff(bounds) - 1) % align):
-            report.add(
-                f"{packed}: row {r0 + r}: a sample's runtime length is not a multiple of pad_seq_to_mult "
-                f"{align}",
-                max_errors,
-            )
+    # per-slot checks on the rows whose structure is sound (at least one slot each, starts strictly
+    # increasing from 0 inside the row, mask as long as the ids), vectorised over the batch; the rows
+    # with a finding are then reported in row order, each row's findings in the order below
+    sound = np.flatnonzero(ok)
+    if len(sound):
+        cnt = nst[sound].astype(np.int64)
+        cum = np.cumsum(cnt)
+        first_slot = cum - cnt
+        if len(sound) == nrows:  # the usual case: every slot of the batch
+            starts = st.astype(np.int64)
+        else:
+            starts = st[np.repeat(st_off[sound] - first_slot, cnt) + np.arange(int(cum[-1]))].astype(np.int64)
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:]
+        ends[cum - 1] = n[sound]  # a row's last slot ends with the row
+        slot_rows = np.repeat(sound, cnt)
+        not_aligned = mask[mask_off[slot_rows] + ends - 1] != 0  # the last position of every slot
+        bad_label = np.logical_or.reduceat(not_aligned, first_slot)
+        runtime = n[sound] - cnt  # each sample gives up one token at runtime (input vs label)
+        bad_cap = runtime > capacity if capacity is not None else np.zeros(len(sound), dtype=bool)
+        if align > 1:
+            bad_align = np.logical_or.reduceat((ends - starts - 1) % align != 0, first_slot)
+        else:
+            bad_align = np.zeros(len(sound), dtype=bool)
+        for k in np.flatnonzero(bad_label | bad_cap | bad_align).tolist():
+            row = r0 + int(sound[k])
+            if bad_label[k]:
+                j = int(np.flatnonzero(not_aligned[first_slot[k] : cum[k]])[0])
+                report.add(
+                    f"{packed}: row {row}: sample {j}: loss_mask is not 0 at its last position "
+                    "(not label-aligned)",
+                    max_errors,
+                )
+            if bad_cap[k]:
+                report.add(
+                    f"{packed}: row {row}: {int(runtime[k])} runtime tokens exceed pack_size {capacity}",
+                    max_errors,
+                )
+            if bad_align[k]:
+                report.add(
+                    f"{packed}: row {row}: a sample's runtime length is not a multiple of "
+                    f"pad_seq_to_mult {align}",
+                    max_errors,
+                )
     return ok
 
 
@@ -400,13 +467,120 @@ class _Slots:
     j: np.ndarray
 
 
+# The source pass works on at most about this many tokens at a time (whole samples; one longer sample is
+# taken alone): its per-token temporaries stay ~2 MB (whole samples: a uint64 per token) or ~8 MB (pieces or
+# padding: the gather, ~30 bytes per token) whatever the size of a source batch.
+_CHUNK_TOKENS = 1 << 18
+# Token-id JSONL is parsed in blocks of this many bytes (pack reads 16 MiB blocks: sources.JSONL_BLOCK_BYTES).
+# A block's text, its copies and the parser's output are ~6x the block while it is parsed, and glibc keeps
+# much of that once freed: 16 MiB blocks cost ~100 MiB more peak RSS than 4 MiB ones (1M samples: 325 vs
+# 225 MiB for reading alone), for no speed. A line longer than a block sends the rest of the file to the
+# exact (slower) reader, as it does in pack at 16 MiB: 4 MiB is a line of ~800k tokens.
+_JSONL_BLOCK_BYTES = 4 << 20
+_OWN_POWERS = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
+
+
+def _hash_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """R**i and R**-i modulo 2**64 for i < n, as writer._powers gives them, without growing writer's cache:
+    the source pass runs beside the packed-file pass, whose slot_hashes grows (replaces) that cache, so the
+    worker only reads it (one read: a consistent pair) and keeps a cache of its own for longer ranges."""
+    global _OWN_POWERS
+    for fwd, inv in (_writer._POWERS, _OWN_POWERS):
+        if len(fwd) >= n:
+            return fwd, inv
+    size = max(n, 2 * len(_OWN_POWERS[0]))
+    with np.errstate(over="ignore"):
+        fwd = np.empty(size, dtype=np.uint64)
+        inv = np.empty(size, dtype=np.uint64)
+        fwd[0] = inv[0] = 1
+        fwd[1:] = np.cumprod(np.full(size - 1, _R, dtype=np.uint64))
+        inv[1:] = np.cumprod(np.full(size - 1, _R_INV, dtype=np.uint64))
+    _OWN_POWERS = (fwd, inv)
+    return fwd, inv
+
+
+def _slot_hash_pair(
+    tokens: np.ndarray, mask: np.ndarray, slot_offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(slot_hashes(tokens, mask, o), slot_hashes(tokens, zeros, o)) in one pass and one uint64 buffer.
+
+    slot_hashes sums (2 * token | mask bit) * R**i per slot; that is the tokens' sum plus the mask bits'
+    sum (bit 0 of 2 * token is 0, and multiplication by R**-s distributes mod 2**64), and the tokens-only
+    hash is the tokens' sum alone, so both come from two reductions instead of two full slot_hashes."""
+    n = len(slot_offsets) - 1
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
+    off = np.asarray(slot_offsets, dtype=np.int64)
+    lo, hi = int(off[0]), int(off[-1])
+    lens = np.diff(off)
+    tok = np.zeros(n, dtype=np.uint64)
+    msk = np.zeros(n, dtype=np.uint64)
+    if hi > lo:
+        fwd, inv = _hash_powers(hi - lo)
+        f = fwd[: hi - lo]
+        nonempty = lens > 0
+        every = bool(nonempty.all())
+        starts = off[:-1] - lo if every else off[:-1][nonempty] - lo
+        v = np.empty(hi - lo, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            np.copyto(v, tokens[lo:hi], casting="unsafe")  # ids are >= 0; as slot_hashes' astype
+            v <<= np.uint64(1)
+            v *= f
+            t = np.add.reduceat(v, starts)
+            np.copyto(v, mask[lo:hi], casting="unsafe")
+            v &= np.uint64(1)
+            v *= f
+            m = np.add.reduceat(v, starts)
+            del v
+            s_inv = inv[starts]
+            t *= s_inv
+            m *= s_inv
+        if every:
+            tok, msk = t, m
+        else:
+            tok[nonempty], msk[nonempty] = t, m
+    with np.errstate(over="ignore"):
+        tok += lens.astype(np.uint64) * _GOLD
+        msk += tok
+        return _mix(msk), _mix(tok)
+
+
+def _chunks(offsets: np.ndarray, limit: int) -> Iterator[tuple[int, int]]:
+    """[i, j) ranges of the slots bounded by `offsets` (len n+1, increasing), each at most `limit` tokens
+    or a single slot."""
+    n = len(offsets) - 1
+    i = 0
+    while i < n:
+        j = int(np.searchsorted(offsets, offsets[i] + limit, side="right")) - 1
+        j = min(max(j, i + 1), n)
+        yield i, j
+        i = j
+
+
 def _expected_batches(
-    source: Path, tokenizer: Path | None, capacity: int | None, align: int, pad_id: int, policy: str
-) -> Any:
-    """Stream the source: per batch, (full hashes, tokens-only hashes, source line) of every slot the
-    packer makes from it (oversize policy, alignment padding, label-aligned mask). One batch in memory."""
+    source: Path,
+    tokenizer: Path | None,
+    capacity: int | None,
+    align: int,
+    pad_id: int,
+    policy: str,
+    stop: threading.Event | None = None,
+    chunk_tokens: int = _CHUNK_TOKENS,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Stream the source: (full hashes, tokens-only hashes, source line) of every slot the packer makes
+    from it (oversize policy, alignment padding, label-aligned mask), chunk by chunk of `chunk_tokens`.
+    One source batch in memory, and per-token temporaries for one chunk. Stops early once `stop` is set.
+
+    When the slots are the samples themselves (nothing split, truncated or padded: the usual case) they
+    are hashed in place; else each chunk of slots is gathered (pieces, padding) and then hashed."""
     fmt = detect_format(Path(source))
-    for b in iter_batches(Path(source), tokenizer if fmt in TOKENIZED_FORMATS else None, fmt=fmt):
+    if fmt == "tokens":  # iter_batches' reader, in smaller blocks than pack's (see _JSONL_BLOCK_BYTES)
+        batches = _iter_token_jsonl_fast(Path(source), 4096, block_bytes=_JSONL_BLOCK_BYTES)
+    else:
+        batches = iter_batches(Path(source), tokenizer if fmt in TOKENIZED_FORMATS else None, fmt=fmt)
+    for b in batches:
+        if stop is not None and stop.is_set():
+            return
         raw = np.diff(b.offsets) - 1
         try:
             if capacity is None:
@@ -417,66 +591,272 @@ def _expected_batches(
             raise PackingError(f"{source}: {exc} (in the batch from line {b.first_line})") from None
         if len(item_sample) == 0:
             continue
-        real = (item_length + 1).astype(np.int64)
-        slot = real + (-item_length) % align
-        off = np.zeros(len(slot) + 1, dtype=np.int64)
-        np.cumsum(slot, out=off[1:])
-        pos = np.arange(int(off[-1]), dtype=np.int64) - np.repeat(off[:-1], slot)
-        is_pad = pos >= np.repeat(real, slot)
-        gather = np.repeat(b.offsets[item_sample] + item_start, slot) + pos
+        if (
+            len(item_sample) == len(raw)
+            and not item_start.any()
+            and np.array_equal(item_length, raw)
+            and (align == 1 or not (raw % align).any())
+            and np.array_equal(item_sample, np.arange(len(raw)))
+        ):
+            yield from _sample_slots(b, chunk_tokens, stop)
+        else:
+            yield from _item_slots(b, item_sample, item_start, item_length, align, pad_id, chunk_tokens, stop)
+
+
+def _sample_slots(
+    b: Batch, chunk_tokens: int, stop: threading.Event | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The fast path of _expected_batches, when every slot is a whole sample, unpadded: the slots' tokens
+    and mask are the batch's own (no gather), except that a slot's last mask position is 0 (the readers'
+    label-aligned masks already are)."""
+    lines = b.sample_lines()
+    mask = b.mask
+    ends = b.offsets[1:] - 1
+    if mask[ends].any():
+        mask = mask.copy()  # never the reader's arrays: a tokenized batch may be cached
+        mask[ends] = 0
+    for i, j in _chunks(b.offsets, chunk_tokens):
+        if stop is not None and stop.is_set():
+            return
+        full, tok = _slot_hash_pair(b.values, mask, b.offsets[i : j + 1])
+        yield full, tok, lines[i:j]
+
+
+def _item_slots(
+    b: Batch,
+    item_sample: np.ndarray,
+    item_start: np.ndarray,
+    item_length: np.ndarray,
+    align: int,
+    pad_id: int,
+    chunk_tokens: int,
+    stop: threading.Event | None = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The general path of _expected_batches: each chunk of items (split pieces, truncated samples,
+    padding to `align`) gathered into slots as the packer writes them, then hashed."""
+    lines = b.sample_lines()
+    real = (item_length + 1).astype(np.int64)
+    slot = real + (-item_length) % align
+    off = np.zeros(len(slot) + 1, dtype=np.int64)
+    np.cumsum(slot, out=off[1:])
+    first = b.offsets[item_sample] + item_start  # where each slot's tokens begin in the batch
+    for i, j in _chunks(off, chunk_tokens):
+        if stop is not None and stop.is_set():
+            return
+        o = off[i : j + 1] - off[i]
+        sl, re_ = slot[i:j], real[i:j]
+        pos = np.arange(int(o[-1]), dtype=np.int64) - np.repeat(o[:-1], sl)
+        is_pad = pos >= np.repeat(re_, sl)
+        gather = np.repeat(first[i:j], sl)
+        gather += pos
+        del pos
         gather[is_pad] = 0
         toks = b.values[gather].astype(np.int32)
         mask = b.mask[gather].astype(np.int8)
+        del gather
         toks[is_pad] = pad_id
         mask[is_pad] = 0
-        mask[off[:-1] + real - 1] = 0
-        yield (
-            slot_hashes(toks, mask, off),
-            slot_hashes(toks, np.zeros(len(toks), np.int8), off),
-            b.sample_lines()[item_sample],
-        )
+        mask[o[:-1] + re_ - 1] = 0
+        full, tok = _slot_hash_pair(toks, mask, o)
+        yield full, tok, lines[item_sample[i:j]]
+
+
+@dataclass
+class _Expected:
+    """The slots the source makes: their distinct full hashes sorted, with their count and the source line
+    of the first, and every slot's tokens-only hash and line in source order (looked up rarely)."""
+
+    uniq: np.ndarray  # uint64, sorted distinct full hashes
+    count: np.ndarray  # int64, how many expected slots have each
+    line: np.ndarray  # int64, the source line of the first (source order) of each
+    tokens: np.ndarray  # uint64, every slot's tokens-only hash, source order
+    lines: np.ndarray  # int64, every slot's source line
+    _tok_sorted: tuple[np.ndarray, np.ndarray] | None = None
+    _lookups: int = 0
+
+    def tokens_line(self, h: np.uint64) -> int | None:
+        """The source line of the first slot (source order) whose tokens-only hash is h, else None.
+
+        Only a slot of the file that matches no source slot is looked up (at most --max-errors of them):
+        a few are scanned for, more sort the hashes once (a stable argsort: the first among equal ones)."""
+        self._lookups += 1
+        if self._tok_sorted is None and self._lookups <= 32:
+            at = np.flatnonzero(self.tokens == h)
+            return int(self.lines[at[0]]) if len(at) else None
+        if self._tok_sorted is None:
+            order = np.argsort(self.tokens, kind="stable")
+            self._tok_sorted = (self.tokens[order], self.lines[order])
+        tok_sorted, tok_line = self._tok_sorted
+        t = np.searchsorted(tok_sorted, h)
+        return int(tok_line[t]) if t < len(tok_sorted) and tok_sorted[t] == h else None
+
+
+def _join(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """np.concatenate(parts), emptying the list (so each part is freed once copied)."""
+    if not parts:
+        return np.zeros(0, dtype)
+    out = np.empty(sum(len(p) for p in parts), dtype=dtype)
+    at = 0
+    parts.reverse()
+    while parts:
+        p = parts.pop()
+        out[at : at + len(p)] = p
+        at += len(p)
+    return out
+
+
+def _expected_slots(
+    source: Path,
+    tokenizer: Path | None,
+    capacity: int | None,
+    align: int,
+    pad_id: int,
+    policy: str,
+    stop: threading.Event | None = None,
+) -> _Expected | None:
+    """_expected_batches gathered and sorted (None when stopped early)."""
+    full_parts: list[np.ndarray] = []
+    tok_parts: list[np.ndarray] = []
+    line_parts: list[np.ndarray] = []
+    for full, tok, line in _expected_batches(source, tokenizer, capacity, align, pad_id, policy, stop):
+        full_parts.append(full)
+        tok_parts.append(tok)
+        line_parts.append(line)
+    if stop is not None and stop.is_set():
+        return None
+    _release_memory()  # what reading the source freed, before the sorting below
+    # one column at a time, each list freed as it is joined: ~8 bytes per sample less at the peak
+    exp_line = _join(line_parts, np.int64)
+    exp_full = _join(full_parts, np.uint64)
+    order = np.argsort(exp_full, kind="stable")
+    e_sorted = exp_full[order]
+    del exp_full
+    # np.unique(e_sorted, return_index=True, return_counts=True), on an array already sorted
+    new = np.ones(len(e_sorted), dtype=bool)
+    if len(e_sorted):
+        np.not_equal(e_sorted[1:], e_sorted[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    del new
+    uniq = e_sorted[first]
+    del e_sorted
+    count = np.diff(np.append(first, len(order)))
+    line = exp_line[order[first]]
+    del order, first
+    return _Expected(uniq, count, line, _join(tok_parts, np.uint64), exp_line)
+
+
+_MALLOC_TRIM: list[Any] = []
+
+
+def _release_memory() -> None:
+    """Hand freed memory back to the OS: pyarrow's pool (mimalloc/jemalloc keep the packed file's read
+    buffers, ~50 MB at 1M samples, unless asked) and glibc's heaps (malloc_trim(0); a no-op without glibc).
+
+    glibc keeps up to its trim threshold (which grows to 64 MB) free at the top of each heap and does not
+    return holes below live blocks; with the source read in a second thread there are two heaps, and at
+    1M samples they held ~90-130 MB free at the peak. Called between phases (three calls, ~20 ms in all),
+    it takes ~60 MiB off JSONL verify --source's peak RSS (1M samples: 475 -> 415 MiB) and ~25 MiB off
+    Parquet's; the env vars that change glibc's thresholds for the whole run (MALLOC_MMAP_THRESHOLD_) cost
+    much more time."""
+    try:
+        import pyarrow as pa
+
+        getattr(pa.default_memory_pool(), "release_unused", lambda: None)()
+    except ImportError:  # pragma: no cover - pyarrow is a dependency of the pack extra
+        pass
+    if not _MALLOC_TRIM:
+        import ctypes
+
+        try:
+            _MALLOC_TRIM.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):  # not glibc
+            _MALLOC_TRIM.append(None)
+    if _MALLOC_TRIM[0] is not None:
+        _MALLOC_TRIM[0](0)
+
+
+class _Background:
+    """fn(*args, stop=event) in a daemon thread; result() joins and returns it or raises its exception
+    (the same exception object, so a PackingError reads the same); cancel() sets the event and joins."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._stop = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = fn(*args, stop=self._stop)
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="packcfg-verify-source", daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._value
+
+    def cancel(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _check_against_source(
     report: VerifyReport,
     source: Path,
-    tokenizer: Path | None,
-    entry: dict[str, Any],
-    align: int,
-    pad_id: int,
-    capacity: int | None,
+    expected: _Expected | Callable[[], _Expected],
     slots: _Slots,
     max_errors: int,
 ) -> None:
     """Every source sample (as the packer slots it) in exactly one slot of the file, and nothing else.
 
-    Streams the source batch by batch and compares 64-bit slot hashes as sorted arrays: memory is one
-    source batch plus ~30 bytes per sample, whatever the size of the data."""
-    policy = (entry.get("oversize") or {}).get("policy", "error")
-    if policy not in OVERSIZE_POLICIES:
-        policy = "error"
-    parts = list(_expected_batches(source, tokenizer, capacity, align, pad_id, policy))
-    exp_full = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
-    exp_tok = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
-    exp_line = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
-    del parts
-    order = np.argsort(exp_full, kind="stable")
-    e_sorted = exp_full[order]
-    e_uniq, e_first, e_count = np.unique(e_sorted, return_index=True, return_counts=True)
-    tok_sorted = np.sort(exp_tok)
-    tok_order = np.argsort(exp_tok, kind="stable")
+    `expected`: _expected_slots of the source, or a callable giving it (the worker computing it beside the
+    packed-file pass: the file's own sorting is done before waiting for it).
 
+    The source is streamed batch by batch and the 64-bit slot hashes compared as sorted arrays: memory is
+    one source batch (its per-token work in chunks of ~256k tokens) plus ~90 bytes per sample (the file's
+    slot hashes, tokens-only hashes, rows and positions, and its distinct hashes with their counts, ~45; the
+    source's distinct hashes, counts and lines, and every slot's tokens-only hash and line, ~40; a few
+    bytes more while they are compared), whatever the size of the data."""
     f = slots.full
+    # np.unique(f, return_counts=True), from one sorted copy
+    f_sorted = np.sort(f)
+    new = np.ones(len(f_sorted), dtype=bool)
+    if len(f_sorted):
+        np.not_equal(f_sorted[1:], f_sorted[:-1], out=new[1:])
+    f_first = np.flatnonzero(new)
+    f_uniq = f_sorted[f_first]
+    f_count = np.diff(np.append(f_first, len(f_sorted)))
+    del new, f_first, f_sorted
+    # rank of each slot among the file's slots with the same hash (file order): beyond the expected count
+    # it is a duplicate. Only slots whose hash the file holds more than once can have a rank above 0:
+    # ranked among themselves (usually none), not the whole file
+    if len(f_uniq) < len(f):
+        repeated = f_uniq[f_count > 1]
+        at = np.minimum(np.searchsorted(repeated, f), len(repeated) - 1)
+        multi = np.flatnonzero(repeated[at] == f)
+        fm = f[multi]
+        m_order = np.argsort(fm, kind="stable")
+        m_sorted = fm[m_order]
+        m_rank = np.empty(len(fm), dtype=np.int64)
+        m_rank[m_order] = np.arange(len(fm)) - np.searchsorted(m_sorted, m_sorted, side="left")
+        del at, fm, m_order, m_sorted
+    else:
+        multi = m_rank = np.zeros(0, dtype=np.int64)
+
+    exp = expected() if callable(expected) else expected
+    _release_memory()  # what the worker freed, before the comparison's arrays
+    e_uniq, e_count = exp.uniq, exp.count
     idx = np.minimum(np.searchsorted(e_uniq, f), max(len(e_uniq) - 1, 0))
     present = (e_uniq[idx] == f) if len(e_uniq) else np.zeros(len(f), dtype=bool)
-    # rank of each slot among the file's slots with the same hash (file order): beyond the expected count
-    # it is a duplicate
-    f_order = np.argsort(f, kind="stable")
-    f_sorted = f[f_order]
-    group_start = np.searchsorted(f_sorted, f_sorted, side="left")
-    rank = np.empty(len(f), dtype=np.int64)
-    rank[f_order] = np.arange(len(f)) - group_start
-    dup = present & (rank >= np.where(present, e_count[idx], 0))
+    limit = np.where(present, e_count[idx], 0)  # (raises, as it always did, when nothing is expected)
+    dup = np.zeros(len(f), dtype=bool)
+    dup[multi] = present[multi] & (m_rank >= limit[multi])
+    del limit
     missing_in_file = ~present
     bad = np.flatnonzero(dup | missing_in_file)  # file order
     path = report.path
@@ -487,12 +867,12 @@ def _check_against_source(
             break
         r, j = int(slots.row[k]), int(slots.j[k])
         if dup[k]:
-            line = int(exp_line[order[e_first[idx[k]]]])
+            line = int(exp.line[idx[k]])
             report.add(f"{path}: row {r} sample {j}: duplicate of source line {line}", max_errors)
         else:
-            t = np.searchsorted(tok_sorted, slots.tokens[k])
-            if t < len(tok_sorted) and tok_sorted[t] == slots.tokens[k]:
-                line = int(exp_line[tok_order[t]])
+            tok_line = exp.tokens_line(slots.tokens[k])
+            if tok_line is not None:
+                line = tok_line
                 report.add(
                     f"{path}: row {r} sample {j}: tokens match source line {line} but the loss_mask differs",
                     max_errors,
@@ -505,14 +885,13 @@ def _check_against_source(
         shown += 1
     # expected slots the file does not hold (often enough); samples the oversize policy dropped are not
     # expected (itemize leaves them out)
-    f_uniq, f_count = np.unique(f, return_counts=True)
     if len(e_uniq):
         have = np.zeros(len(e_uniq), dtype=np.int64)
         if len(f_uniq):
             at = np.minimum(np.searchsorted(f_uniq, e_uniq), len(f_uniq) - 1)
             have = np.where(f_uniq[at] == e_uniq, f_count[at], 0)
         short = np.flatnonzero(have < e_count)
-        lines = np.sort(exp_line[order[e_first[short]]])
+        lines = np.sort(exp.line[short])
         for n_shown, line in enumerate(lines):
             if n_shown >= max_errors:
                 report.error_count += len(lines) - n_shown
