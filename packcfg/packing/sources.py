@@ -149,14 +149,19 @@ def label_mask_all(offsets: np.ndarray) -> np.ndarray:
 
 
 def iter_batches(
-    path: Path, tokenizer: Path | None = None, batch_size: int = 4096, fmt: str | None = None
+    path: Path,
+    tokenizer: Path | None = None,
+    batch_size: int = 4096,
+    fmt: str | None = None,
+    jsonl_block_bytes: int | None = None,
 ) -> Iterator[Batch]:
-    """Stream the source as batches; raises PackingError naming file and line on bad input."""
+    """Stream the source as batches; raises PackingError naming file and line on bad input.
+    `jsonl_block_bytes`: the block size token-id JSONL is read in (default JSONL_BLOCK_BYTES)."""
     fmt = fmt or detect_format(path)
     if fmt == "parquet":
         yield from _iter_parquet(path, batch_size)
     elif fmt == "tokens":
-        yield from _iter_token_jsonl_fast(path, batch_size)
+        yield from _iter_token_jsonl_fast(path, batch_size, jsonl_block_bytes or JSONL_BLOCK_BYTES)
     elif fmt == "text":
         if tokenizer is None:
             raise PackingError(

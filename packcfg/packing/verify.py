@@ -17,7 +17,6 @@ from packcfg.packing.planner import OVERSIZE_POLICIES, PlanError, itemize
 from packcfg.packing.sources import (
     TOKENIZED_FORMATS,
     Batch,
-    _iter_token_jsonl_fast,
     detect_format,
     iter_batches,
 )
@@ -574,10 +573,13 @@ def _expected_batches(
     When the slots are the samples themselves (nothing split, truncated or padded: the usual case) they
     are hashed in place; else each chunk of slots is gathered (pieces, padding) and then hashed."""
     fmt = detect_format(Path(source))
-    if fmt == "tokens":  # iter_batches' reader, in smaller blocks than pack's (see _JSONL_BLOCK_BYTES)
-        batches = _iter_token_jsonl_fast(Path(source), 4096, block_bytes=_JSONL_BLOCK_BYTES)
-    else:
-        batches = iter_batches(Path(source), tokenizer if fmt in TOKENIZED_FORMATS else None, fmt=fmt)
+    # token-id JSONL in smaller blocks than pack reads (see _JSONL_BLOCK_BYTES)
+    batches = iter_batches(
+        Path(source),
+        tokenizer if fmt in TOKENIZED_FORMATS else None,
+        fmt=fmt,
+        jsonl_block_bytes=_JSONL_BLOCK_BYTES,
+    )
     for b in batches:
         if stop is not None and stop.is_set():
             return
@@ -853,7 +855,7 @@ def _check_against_source(
     e_uniq, e_count = exp.uniq, exp.count
     idx = np.minimum(np.searchsorted(e_uniq, f), max(len(e_uniq) - 1, 0))
     present = (e_uniq[idx] == f) if len(e_uniq) else np.zeros(len(f), dtype=bool)
-    limit = np.where(present, e_count[idx], 0)  # (raises, as it always did, when nothing is expected)
+    limit = np.where(present, e_count[idx], 0) if len(e_uniq) else np.zeros(len(f), dtype=np.int64)
     dup = np.zeros(len(f), dtype=bool)
     dup[multi] = present[multi] & (m_rank >= limit[multi])
     del limit

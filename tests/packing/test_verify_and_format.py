@@ -159,6 +159,17 @@ def test_without_metadata_repeated_rows_are_only_a_warning(tmp_path, capsys):
     assert rc == 0 and "warning: " in err and "row 1 is identical to row 0" in err
 
 
+def test_a_source_whose_every_sample_the_policy_drops_reports_every_slot(tmp_path, capsys):
+    """Nothing expected from the source (all oversize under --oversize drop): every slot of the file is
+    named as not found, exit 1 (this raised an IndexError)."""
+    a = write_jsonl(tmp_path / "a.jsonl", [{"input_ids": list(range(1, 5 + i))} for i in range(20)])
+    b = write_jsonl(tmp_path / "b.jsonl", [{"input_ids": list(range(1, 200))} for _ in range(5)])
+    rc, _, err = run_cli(capsys, "pack", a, "--capacity", "16", "--oversize", "drop", "-q")
+    assert rc == 0, err
+    rc, _, err = run_cli(capsys, "verify", tmp_path / "a.packed.parquet", "--source", b)
+    assert rc == 1 and "not found in" in err and "Error" not in err, err
+
+
 def test_with_source_dropped_and_duplicated_samples_are_found(packed, tmp_path, capsys):
     src = tmp_path / "data.jsonl"
     rows = list(read_packed(packed))
