@@ -149,10 +149,13 @@ def slot_hashes(tokens: np.ndarray, mask: np.ndarray, slot_offsets: np.ndarray) 
     if hi > lo:
         fwd, inv = _powers(hi - lo)
         with np.errstate(over="ignore"):
-            v = np.asarray(tokens[lo:hi]).astype(np.uint64)  # ids are >= 0 (checked); int32 -> uint64
-            v <<= np.uint64(1)
-            v |= np.asarray(mask[lo:hi]).astype(np.uint64) & np.uint64(1)
-            v *= fwd[: hi - lo]
+            # v = (2 * token | mask bit) * R**i, in one uint64 buffer (ids are >= 0: checked)
+            v = np.empty(hi - lo, dtype=np.uint64)
+            np.left_shift(np.asarray(tokens[lo:hi]), 1, out=v, casting="unsafe", dtype=np.uint64)
+            m = np.asarray(mask[lo:hi])
+            m = m.view(np.uint8) if m.dtype.itemsize == 1 else m.astype(np.uint8)
+            np.bitwise_or(v, m & np.uint8(1), out=v, casting="unsafe")
+            np.multiply(v, fwd[: hi - lo], out=v)
             nonempty = lens > 0
             sums[nonempty] = np.add.reduceat(v, starts[nonempty]) * inv[starts[nonempty]]
     with np.errstate(over="ignore"):
