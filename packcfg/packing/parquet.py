@@ -248,11 +248,19 @@ def _page(
 def _dictionary(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
     """(dictionary values, codes, bit width) for dictionary encoding, most frequent value first (ties:
     the smaller value); None where it does not apply (values over a range wider than 2**24, or more than
-    MAX_DICTIONARY distinct)."""
+    MAX_DICTIONARY distinct). One or two consecutive values (a 0/1 loss mask) need no counting: both are
+    present, in value order, and the codes are the values less the smaller."""
     lo, hi = int(values.min()), int(values.max())
     span = hi - lo + 1
     if span > 1 << 24:
         return None
+    if span <= 2:
+        codes = (
+            values.view(np.uint8)
+            if lo == 0 and values.dtype.itemsize == 1
+            else (values - lo).astype(np.uint8)
+        )
+        return np.arange(lo, hi + 1, dtype="<i4"), codes, 1
     shifted = values if lo == 0 else values.astype(np.int64) - lo
     count = np.bincount(shifted, minlength=span)
     present = np.flatnonzero(count)

@@ -154,14 +154,17 @@ def iter_batches(
     batch_size: int = 4096,
     fmt: str | None = None,
     jsonl_block_bytes: int | None = None,
+    workers: int | None = None,
 ) -> Iterator[Batch]:
     """Stream the source as batches; raises PackingError naming file and line on bad input.
-    `jsonl_block_bytes`: the block size token-id JSONL is read in (default JSONL_BLOCK_BYTES)."""
+    `jsonl_block_bytes`: the block size token-id JSONL is read in (default JSONL_BLOCK_BYTES); `workers`:
+    threads that decode Parquet row groups or parse JSONL blocks side by side (default READ_WORKERS)."""
     fmt = fmt or detect_format(path)
+    workers = workers or READ_WORKERS
     if fmt == "parquet":
-        yield from _iter_parquet(path, batch_size)
+        yield from _iter_parquet(path, batch_size, workers)
     elif fmt == "tokens":
-        yield from _iter_token_jsonl_fast(path, batch_size, jsonl_block_bytes or JSONL_BLOCK_BYTES)
+        yield from _iter_token_jsonl_fast(path, batch_size, jsonl_block_bytes or JSONL_BLOCK_BYTES, workers)
     elif fmt == "text":
         if tokenizer is None:
             raise PackingError(
@@ -235,7 +238,7 @@ READ_WORKERS = min(2, os.cpu_count() or 1)
 
 
 def _iter_token_jsonl_fast(
-    path: Path, batch_size: int, block_bytes: int = JSONL_BLOCK_BYTES
+    path: Path, batch_size: int, block_bytes: int = JSONL_BLOCK_BYTES, workers: int | None = None
 ) -> Iterator[Batch]:
     """Token-id JSONL through pyarrow's JSON reader, block by block (bounded memory), at Parquet speed.
 
@@ -286,7 +289,7 @@ def _iter_token_jsonl_fast(
     with f:
         # blocks are parsed two at a time (the compiled reader releases the GIL), handed on in order; at
         # most one more waits, so memory stays at a few blocks
-        for batch, lines in ordered_map(parsed, blocks(), READ_WORKERS, ahead=1):
+        for batch, lines in ordered_map(parsed, blocks(), workers or READ_WORKERS, ahead=1):
             if batch is None:
                 break
             batch.first_line = done + 1
@@ -477,7 +480,7 @@ def _make_batch(
     )
 
 
-def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
+def _iter_parquet(path: Path, batch_size: int, workers: int | None = None) -> Iterator[Batch]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -515,7 +518,7 @@ def _iter_parquet(path: Path, batch_size: int) -> Iterator[Batch]:
     first_rows = np.zeros(meta.num_row_groups + 1, dtype=np.int64)
     np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], out=first_rows[1:])
     biggest = max((meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), default=0)
-    workers = READ_WORKERS
+    workers = workers or READ_WORKERS
     if workers < 2 or meta.num_row_groups < 2 or biggest > PARALLEL_ROW_GROUP_BYTES:
         row = 1
         for rb in pf.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):

@@ -573,12 +573,14 @@ def _expected_batches(
     When the slots are the samples themselves (nothing split, truncated or padded: the usual case) they
     are hashed in place; else each chunk of slots is gathered (pieces, padding) and then hashed."""
     fmt = detect_format(Path(source))
-    # token-id JSONL in smaller blocks than pack reads (see _JSONL_BLOCK_BYTES)
+    # token-id JSONL in smaller blocks than pack reads (see _JSONL_BLOCK_BYTES), and one reader thread: this
+    # pass already runs beside the packed-file pass, and a second reader only adds a batch to the peak
     batches = iter_batches(
         Path(source),
         tokenizer if fmt in TOKENIZED_FORMATS else None,
         fmt=fmt,
         jsonl_block_bytes=_JSONL_BLOCK_BYTES,
+        workers=1,
     )
     for b in batches:
         if stop is not None and stop.is_set():

@@ -203,3 +203,11 @@ def test_columns_with_equal_row_counts_but_different_offsets_keep_their_own_leve
 def test_a_file_without_row_groups_is_valid():
     t = pq.read_table(io.BytesIO(_write([])))
     assert t.num_rows == 0 and t.schema == SCHEMA
+
+
+@pytest.mark.parametrize("values", [[0, 1, 1, 0, 1], [1, 1, 1], [0, 0], [-1, -2, -1], [5, 6, 6]])
+def test_one_or_two_values_are_coded_without_counting(values):
+    arr = np.array(values, dtype=np.int8)
+    dictionary, codes, width = P._dictionary(arr)
+    assert width == 1 and dictionary[codes].tolist() == values
+    assert dictionary.tolist() == list(range(min(values), max(values) + 1))
