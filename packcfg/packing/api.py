@@ -19,7 +19,6 @@ import numpy as np
 
 from packcfg import __version__
 from packcfg.core.atomic import OutputRefused, check_output, clean_stale_temps, temp_dir
-from packcfg.core.config import get_path
 from packcfg.packing.errors import PackingError, PackOutputRefused
 from packcfg.packing.planner import PackPlan, PlanError, plan
 from packcfg.packing.progress import Progress
@@ -97,6 +96,8 @@ class PackedData:
 
 
 def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    from packcfg.core.config import get_path  # the YAML layer: not imported to pack a data file
+
     return get_path(config, dotted.split("."), default)
 
 
