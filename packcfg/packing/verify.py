@@ -23,8 +23,6 @@ from packcfg.packing.sources import (
 from packcfg.packing.writer import (
     _GOLD,
     _M1,
-    _R,
-    _R_INV,
     _mix,
     _position_keys,
     digest_add,
@@ -476,26 +474,6 @@ _CHUNK_TOKENS = 1 << 18
 # 225 MiB for reading alone), for no speed. A line longer than a block sends the rest of the file to the
 # exact (slower) reader, as it does in pack at 16 MiB: 4 MiB is a line of ~800k tokens.
 _JSONL_BLOCK_BYTES = 4 << 20
-_OWN_POWERS = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
-
-
-def _hash_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """R**i and R**-i modulo 2**64 for i < n, as writer._powers gives them, without growing writer's cache:
-    the source pass runs beside the packed-file pass, whose slot_hashes grows (replaces) that cache, so the
-    worker only reads it (one read: a consistent pair) and keeps a cache of its own for longer ranges."""
-    global _OWN_POWERS
-    for fwd, inv in (_writer._POWERS, _OWN_POWERS):
-        if len(fwd) >= n:
-            return fwd, inv
-    size = max(n, 2 * len(_OWN_POWERS[0]))
-    with np.errstate(over="ignore"):
-        fwd = np.empty(size, dtype=np.uint64)
-        inv = np.empty(size, dtype=np.uint64)
-        fwd[0] = inv[0] = 1
-        fwd[1:] = np.cumprod(np.full(size - 1, _R, dtype=np.uint64))
-        inv[1:] = np.cumprod(np.full(size - 1, _R_INV, dtype=np.uint64))
-    _OWN_POWERS = (fwd, inv)
-    return fwd, inv
 
 
 def _slot_hash_pair(
@@ -515,7 +493,7 @@ def _slot_hash_pair(
     tok = np.zeros(n, dtype=np.uint64)
     msk = np.zeros(n, dtype=np.uint64)
     if hi > lo:
-        fwd, inv = _hash_powers(hi - lo)
+        fwd, inv = _writer._powers(hi - lo)  # thread-safe: a caller always gets arrays long enough
         f = fwd[: hi - lo]
         nonempty = lens > 0
         every = bool(nonempty.all())

@@ -220,6 +220,20 @@ def _batch(seed: int, n: int = 300, max_len: int = 90) -> Batch:
     return _make_batch(ids, masks, 7)  # first line 7: lines are carried through
 
 
+def test_hash_caches_give_every_thread_long_enough_arrays(monkeypatch):
+    """writer._powers and _position_keys grow a shared cache; a thread that asked for n must get n even
+    when another thread replaced the cache with a shorter one meanwhile (verify's two passes share them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(writer, "_POWERS", (np.ones(1, np.uint64), np.ones(1, np.uint64)))
+    monkeypatch.setattr(writer, "_POSITION_KEYS", np.zeros(0, np.uint64))
+    sizes = [int(x) for x in np.random.default_rng(5).integers(1, 300_000, 200)]
+    with ThreadPoolExecutor(4) as pool:
+        powers = list(pool.map(lambda n: len(writer._powers(n)[0]) >= n, sizes))
+        keys = list(pool.map(lambda n: len(writer._position_keys(n)) >= n, sizes))
+    assert all(powers) and all(keys)
+
+
 def test_slot_hash_pair_is_slot_hashes_twice(monkeypatch):
     rng = np.random.default_rng(3)
     lens = rng.integers(0, 40, size=500)
@@ -228,17 +242,15 @@ def test_slot_hash_pair_is_slot_hashes_twice(monkeypatch):
     np.cumsum(lens, out=off[1:])
     toks = rng.integers(-(2**31), 2**31 - 1, size=int(off[-1]), dtype=np.int64).astype(np.int32)
     mask = rng.integers(0, 4, size=len(toks)).astype(np.int8)  # slot_hashes takes the low bit
-    # the worker's own powers (writer's cache too small, which the worker must not grow)
-    monkeypatch.setattr(verify, "_OWN_POWERS", (np.ones(1, np.uint64), np.ones(1, np.uint64)))
+    # writer's cache of powers too small: grown on the way (each caller gets arrays long enough)
     monkeypatch.setattr(writer, "_POWERS", (np.ones(1, np.uint64), np.ones(1, np.uint64)))
     ranges = ((0, len(lens)), (3, 200), (8, 9), (5, 5))
     got = [verify._slot_hash_pair(toks, mask, off[lo : hi + 1]) for lo, hi in ranges]
-    assert len(writer._POWERS[0]) == 1  # read, never grown
-    assert len(verify._OWN_POWERS[0]) >= int(off[-1])
+    assert len(writer._POWERS[0]) >= int(off[-1])
     for (lo, hi), (full, tok) in zip(ranges, got, strict=True):
         assert np.array_equal(full, slot_hashes(toks, mask, off[lo : hi + 1]))
         assert np.array_equal(tok, slot_hashes(toks, np.zeros(len(toks), np.int8), off[lo : hi + 1]))
-    # and from writer's cache once it is large enough
+    # and from the cache once it is large enough
     full, tok = verify._slot_hash_pair(toks, mask, off)
     assert np.array_equal(full, slot_hashes(toks, mask, off))
     assert np.array_equal(tok, slot_hashes(toks, np.zeros(len(toks), np.int8), off))
