@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from packcfg import __version__
-from packcfg.core.atomic import atomic_path, atomic_write_text
+from packcfg.core.atomic import atomic_path, atomic_write_text, check_output
 from packcfg.packing.errors import PackingError
 from packcfg.packing.parquet import Compressor, ListColumn, ListParquetWriter, RowGroup, encode_row_group
 from packcfg.packing.planner import PackPlan
@@ -376,20 +376,50 @@ def iter_packed(
             yield {c: v[o[i] : o[i + 1]] for c, (v, o) in cols.items()}
 
 
-def write_bridge_npy(parquet: Path, out: Path, *, force: bool = False) -> Path:
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def is_npy_file(path: Path) -> bool:
+    """Whether `path` holds a numpy .npy file (what --bridge-npy may replace without --force)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(NPY_MAGIC)) == NPY_MAGIC
+    except OSError:
+        return False
+
+
+def check_bridge_npy_output(
+    out: Path, parquet: Path, *, inputs: tuple[Path | None, ...] = (), force: bool = False
+) -> None:
+    """The output rule for --bridge-npy, checked before any packing: never the packed file, the source,
+    the tokenizer or a config of the same command; an existing file that is not a .npy only with --force.
+    Raises OutputRefused."""
+    check_output(out, inputs=(parquet, *inputs), force=force, may_replace=is_npy_file, what="--bridge-npy")
+
+
+def write_bridge_npy(
+    parquet: Path, out: Path, *, force: bool = False, inputs: tuple[Path | None, ...] = ()
+) -> Path:
     """Write a packed Parquet again as Megatron Bridge 0.3.1's packed file, the only packed input 0.3.1
     accepts (its `PackedSequenceSpecs` asserts a `.npy` suffix; Parquet is read from 0.4.0 on, by
     `GPTSFTPackedParquetDataset`): a numpy object array of one dict per pack with `input_ids`,
     `loss_mask` and `seq_start_id` lists, as 0.3.1's `fill_packing_strategy` builds it and its
     `GPTSFTPackedDataset` loads it with `np.load(allow_pickle=True)` (megatron-bridge v0.3.1,
     src/megatron/bridge/data/datasets/packing_utils.py and sft.py). The format is a pickle: packcfg
-    writes it for Bridge and never reads one back."""
+    writes it for Bridge and never reads one back. `inputs`: the files of the command that made the
+    Parquet (source, tokenizer, configs), which the .npy must not replace."""
     rows = [
         {key: row[key].astype(np.int64).tolist() for key in ("input_ids", "loss_mask", "seq_start_id")}
         for row in iter_packed(parquet)
     ]
     data = np.empty(len(rows), dtype=object)
     data[:] = rows
-    with atomic_path(out, inputs=[parquet], force=force, what="--bridge-npy") as tmp, open(tmp, "wb") as fh:
+    check_bridge_npy_output(out, parquet, inputs=inputs, force=force)
+    with (
+        atomic_path(
+            out, inputs=(parquet, *inputs), force=force, may_replace=is_npy_file, what="--bridge-npy"
+        ) as tmp,
+        open(tmp, "wb") as fh,
+    ):
         np.save(fh, data, allow_pickle=True)  # a file object: np.save would add ".npy" to a path
     return out

@@ -275,7 +275,7 @@ def test_bad_value_in_a_later_parquet_row_group_names_its_row(tmp_path, capsys, 
     if not parallel:
         monkeypatch.setattr(sources, "PARALLEL_ROW_GROUP_BYTES", 0)
     src = _multi_group_parquet(tmp_path / "bad.parquet", bad_row=301)
-    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "64")
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "4096")
     line = one_line(err)
     assert rc == 2 and "row 301: input_ids[" in line and "is -7" in line, line
 
@@ -396,3 +396,40 @@ def test_analyze_plot_never_over_an_input_or_a_special_file(tmp_path, capsys, sr
     assert rc == 2 and "input of this command" in one_line(err) and src.read_bytes() == before
     rc, _, err = run_cli(capsys, "analyze", src, "--capacity", "128", "--plot", "/dev/null")
     assert rc == 2 and "/dev/null" in one_line(err) and "character device" in err
+
+
+# --------------------------------------------------------------------------- --bridge-npy output rule
+
+
+def test_bridge_npy_never_replaces_the_source_and_is_refused_before_packing(tmp_path, capsys):
+    """`pack a.jsonl --bridge-npy a.jsonl --force` replaced the source with the .npy (data loss)."""
+    src = write_jsonl(tmp_path / "a.jsonl", random_token_rows(30, seed=4))
+    before = src.read_bytes()
+    for extra in ([], ["--force"]):
+        rc, _, err = run_cli(capsys, "pack", src, "--capacity", "4096", "--bridge-npy", src, *extra)
+        assert rc == 2 and "is an input of this command" in one_line(err), err
+        assert src.read_bytes() == before
+        assert not (tmp_path / "a.packed.parquet").exists()  # refused before any packing
+
+
+@pytest.mark.parametrize("target", ["packed", "metadata"])
+def test_bridge_npy_never_replaces_the_packed_file_or_its_metadata(tmp_path, capsys, target):
+    src = write_jsonl(tmp_path / "a.jsonl", random_token_rows(30, seed=4))
+    out = tmp_path / ("a.packed.parquet" if target == "packed" else "a.packed.metadata.json")
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "4096", "--bridge-npy", out, "--force")
+    assert rc == 2 and "is an input of this command" in one_line(err), err
+
+
+def test_bridge_npy_replaces_a_npy_but_another_file_only_with_force(tmp_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", random_token_rows(30, seed=4))
+    npy = tmp_path / "train.npy"
+    for _ in range(2):  # written, then replaced (a .npy: a previous run's)
+        rc, _, err = run_cli(capsys, "pack", src, "--capacity", "4096", "-q", "--bridge-npy", npy)
+        assert rc == 0, err
+        assert len(np.load(npy, allow_pickle=True)) > 0
+    note = tmp_path / "note.txt"
+    note.write_text("mine\n")
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "4096", "-q", "--bridge-npy", note)
+    assert rc == 2 and "pass --force" in one_line(err) and note.read_text() == "mine\n"
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "4096", "-q", "--bridge-npy", note, "--force")
+    assert rc == 0 and note.read_bytes().startswith(b"\x93NUMPY"), err

@@ -50,6 +50,11 @@ def _run(args: argparse.Namespace) -> int:
 
     settings, config = resolve_settings(args, need_output=True)
     inputs = [Path(args.input), *map(Path, args.config_files)] if config is not None else []
+    npy_inputs = (settings.source, settings.tokenizer, settings.metadata, *inputs)
+    if args.bridge_npy is not None:  # refused before any packing, not after
+        from packcfg.packing.writer import check_bridge_npy_output
+
+        check_bridge_npy_output(Path(args.bridge_npy), settings.output, inputs=npy_inputs, force=args.force)
     # SIGTERM/SIGINT unwind through every cleanup (temporary file, spool folder): exit 143/130
     with exit_on_signals():
         result = pack_dataset(settings, force=args.force, progress=not args.quiet, inputs=inputs)
@@ -72,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         from packcfg.packing.writer import write_bridge_npy
 
         with exit_on_signals():
-            write_bridge_npy(result.train_path, args.bridge_npy)
+            write_bridge_npy(result.train_path, Path(args.bridge_npy), force=args.force, inputs=npy_inputs)
         if not args.quiet:
             print(f"wrote {args.bridge_npy} (Megatron Bridge 0.3.1 .npy)")
     return 0
