@@ -554,11 +554,11 @@ def _parquet_batch(path: Path, rb: Any, row: int, mode: str) -> Batch:
     if ids_col.null_count:
         bad = row + int(np.flatnonzero(ids_col.is_null().to_numpy(zero_copy_only=False))[0])
         raise PackingError(f"{path}: row {bad}: input_ids is null")
-    lens = np.diff(np.asarray(ids_col.offsets, dtype=np.int64))
+    offsets = np.asarray(ids_col.offsets, dtype=np.int64)
+    offsets = offsets - offsets[0]  # a sliced batch's offsets start where its rows do
+    lens = np.diff(offsets)
     if (lens == 0).any():
         raise PackingError(f"{path}: row {row + int(np.argmin(lens))}: input_ids is empty")
-    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
     flat = _list_values(ids_col)
     if flat.null_count:  # a null inside a list: never let it become -2147483648
         k = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])

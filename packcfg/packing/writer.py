@@ -394,7 +394,12 @@ def check_bridge_npy_output(
     """The output rule for --bridge-npy, checked before any packing: never the packed file, the source,
     the tokenizer or a config of the same command; an existing file that is not a .npy only with --force.
     Raises OutputRefused."""
-    check_output(out, inputs=(parquet, *inputs), force=force, may_replace=is_npy_file, what="--bridge-npy")
+    check_output(out, **_bridge_npy_rule(parquet, inputs, force))
+
+
+def _bridge_npy_rule(parquet: Path, inputs: tuple[Path | None, ...], force: bool) -> dict[str, Any]:
+    """The output rule's arguments for --bridge-npy (check_output / atomic_path)."""
+    return {"inputs": (parquet, *inputs), "force": force, "may_replace": is_npy_file, "what": "--bridge-npy"}
 
 
 def write_bridge_npy(
@@ -414,12 +419,6 @@ def write_bridge_npy(
     ]
     data = np.empty(len(rows), dtype=object)
     data[:] = rows
-    check_bridge_npy_output(out, parquet, inputs=inputs, force=force)
-    with (
-        atomic_path(
-            out, inputs=(parquet, *inputs), force=force, may_replace=is_npy_file, what="--bridge-npy"
-        ) as tmp,
-        open(tmp, "wb") as fh,
-    ):
+    with atomic_path(out, **_bridge_npy_rule(parquet, inputs, force)) as tmp, open(tmp, "wb") as fh:
         np.save(fh, data, allow_pickle=True)  # a file object: np.save would add ".npy" to a path
     return out
