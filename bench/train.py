@@ -1,22 +1,33 @@
-"""Packed vs padded training throughput on CPU, for the same real tokens (issue 4's speed table).
+"""Packed vs padded training throughput, same real tokens, on CPU or one GPU (issues 4 and 27).
 
-    python bench/train.py [--samples 96] [--seq-length 1024] [--rounds 2] [--threads 1]
+    python bench/train.py [--preset tiny|1b] [--device auto|cpu|cuda] [--samples N] [--seq-length L]
+                          [--rounds 2] [--threads 1] [--wall] [--no-profiles]
 
 Trains one pass over the same samples several ways with the executor's own pieces (model, batches,
-forward/backward, AdamW): offline packed (THD, packs planned by packcfg.packing.plan); padded with a
-length-grouped sampler (similar lengths share a micro-batch, about 90% real tokens: the strongest
-padded baseline); padded to the longest sample of each micro-batch in data order; and padded to
-seq_length (Bridge's pad_to_max_length, the worst case). Two length
-mixes: a realistic one (log-normal, most samples far shorter than seq_length) and a uniform one (every
-sample the same length: nothing to remove, so packed must simply not be slower).
+forward/backward, AdamW; bf16 presets as `packcfg train` runs them: bf16 model, fp32 master weights):
+offline packed (THD, packs planned by packcfg.packing.plan); padded with a length-grouped sampler (similar
+lengths share a micro-batch: the strongest padded baseline); padded to the longest sample of each
+micro-batch in data order; and padded to seq_length (Bridge's pad_to_max_length, the worst case). Two
+length mixes: a realistic one (log-normal, most samples far shorter than seq_length) and a uniform one
+(every sample the same length: nothing to remove, so packed must simply not be slower).
 
-Then two profiles: THD RoPE time as the number of samples in a pack grows (packcfg's gather vs
-megatron's unfused per-sample loop), and the CPU attention methods for one pack (per-sample SDPA loop,
-one SDPA with a block-diagonal mask, unpack-to-padded SDPA). Prints tables; asserts nothing.
+What packing can buy over a padded layout is bounded by that layout's computed/real token ratio; the
+table's last columns say how much of it packing keeps: packed real tokens/s divided by the padded
+layout's *computed* tokens/s (1.0: packing costs nothing per token; the goal is >= 0.95), and MFU
+(model FLOPs of the real tokens, attention per sample, over the device's bf16 dense peak).
 
-Times are this process's CPU time (`time.process_time`), best of `--rounds` interleaved rounds, with
-one torch thread by default: development machines are shared, and wall-clock there measures the
-neighbours' load as much as this code. `--wall` times wall-clock instead (use it on a quiet machine).
+Presets: `tiny` (4 layers x 256, GQA 8/4, vocab 4096, fp32; the CPU default) and `1b` (a 1B-class Llama
+shape: 16 layers x 2048, GQA 32/8 x 64, FFN 8192, vocab 128256, bf16; the GPU default, seq 4096).
+
+Then profiles: THD RoPE time vs samples per pack (packcfg's gather vs megatron's unfused loop), and the
+attention methods for packs: on CPU the per-sample SDPA loop vs a block-diagonal mask vs unpack-to-padded;
+on a GPU one layer's attention fwd+bwd per method (per-sample loop, each fused varlen kernel that can
+run, and length-grouped padded SDPA).
+
+Timing: on CPU this process's CPU time (`time.process_time`) with one torch thread by default
+(development machines are shared: wall-clock measures the neighbours), `--wall` for wall-clock; on CUDA
+wall-clock between `torch.cuda.synchronize()` calls. Best of `--rounds` interleaved rounds after a warm-up.
+Prints tables; asserts nothing.
 """
 
 from __future__ import annotations
@@ -37,22 +48,41 @@ from packcfg.packing import plan  # noqa: E402
 from packcfg.train.attention import Rope, RopeSpec, thd_positions  # noqa: E402
 from packcfg.train.batches import MicroBatch, Sample, pack_thd, pad_batch  # noqa: E402
 from packcfg.train.model import build_model  # noqa: E402
-from packcfg.train.optim import build_optimizer  # noqa: E402
+from packcfg.train.optim import MasterWeights, build_optimizer  # noqa: E402
 from packcfg.train.parallel import distributed  # noqa: E402
 from packcfg.train.settings import TrainSettings  # noqa: E402
-from packcfg.train.step import forward_backward  # noqa: E402
+from packcfg.train.step import forward_backward, to_device  # noqa: E402
+
+PRESETS: dict[str, dict] = {
+    "tiny": {
+        "num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 768, "num_attention_heads": 8,
+        "num_query_groups": 4, "kv_channels": 32, "vocab_size": 4096, "bf16": False,
+    },
+    "1b": {  # Llama 3.2 1B's shape (untied output layer)
+        "num_layers": 16, "hidden_size": 2048, "ffn_hidden_size": 8192, "num_attention_heads": 32,
+        "num_query_groups": 8, "kv_channels": 64, "vocab_size": 128256, "bf16": True,
+    },
+}  # fmt: skip
+# bf16 dense peak (TFLOP/s) by device name, from NVIDIA's data sheets (SXM parts)
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "B200": 2250.0}
 
 
-def bench_config(seq_length: int) -> dict:
-    return {
-        "model": {
-            "num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 768, "num_attention_heads": 8,
-            "num_query_groups": 4, "kv_channels": 32, "seq_length": seq_length, "vocab_size": 4096,
-            "transformer_impl": "local",
-        },
-        "train": {"train_iters": 1},
-        "optimizer": {"lr": 1e-4},
-    }  # fmt: skip
+def bench_config(preset: str, seq_length: int) -> dict:
+    model = {**PRESETS[preset], "seq_length": seq_length, "transformer_impl": "local", "rotary_base": 500000}
+    return {"model": model, "train": {"train_iters": 1}, "optimizer": {"lr": 1e-4}}
+
+
+def model_flops(settings, lengths: list[int]) -> float:
+    """Training FLOPs (fwd + bwd = 3x fwd) of samples of these runtime lengths: every linear layer
+    (QKV, output projection, SwiGLU MLP, the output layer), plus causal attention per sample (QK^T and
+    AV over L(L+1)/2 pairs), as Megatron-LM's `num_floating_point_operations` counts them."""
+    m = settings.model
+    q, kv = m.num_attention_heads * m.kv_channels, m.num_query_groups * m.kv_channels
+    per_layer = m.hidden_size * (q + 2 * kv) + q * m.hidden_size + 3 * m.hidden_size * m.ffn_hidden_size
+    linear = m.num_layers * per_layer + m.hidden_size * m.vocab_size
+    tokens = sum(lengths)
+    pairs = sum(n * (n + 1) // 2 for n in lengths)
+    return 3 * (2 * linear * tokens + m.num_layers * 4 * pairs * q)
 
 
 def length_mix(kind: str, n: int, seq_length: int, rng: np.random.Generator) -> np.ndarray:
@@ -89,26 +119,56 @@ class Row:
     real: int
     computed: int
     seconds: float
+    flops: float = 0.0
 
 
 CLOCK: Callable[[], float] = time.process_time
+DEVICE = torch.device("cpu")
 
 
-def run_layout(model, optimizer, batches: list[MicroBatch]) -> float:
+def sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_layout(trainer: Trainer, batches: list[MicroBatch]) -> float:
     """Seconds for one pass as one global batch: every micro-batch accumulated, one AdamW step (so
     each layout does the same optimizer work and differs only in how the tokens are laid out)."""
+    sync()
     t0 = CLOCK()
-    optimizer.zero_grad(set_to_none=False)
-    forward_backward(model, batches)
-    optimizer.step()
+    trainer.step(batches)
+    sync()
     return CLOCK() - t0
+
+
+class Trainer:
+    """The executor's step as `packcfg train` runs it: bf16 model with fp32 master weights when the preset
+    is bf16 (packcfg.train.loop), AdamW, the global per-token loss over the micro-batches."""
+
+    def __init__(self, settings) -> None:
+        self.model = build_model(settings.model, seed=0)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.master = None
+        if settings.model.bf16:
+            self.model.bfloat16()
+            self.master = MasterWeights(params, grad_reduce_in_fp32=True)
+            params = self.master.master_params
+        self.optimizer = build_optimizer(self.model, settings.optim, params)
+
+    def step(self, batches: list[MicroBatch]) -> None:
+        self.model.zero_grad(set_to_none=False)
+        forward_backward(self.model, batches, device=DEVICE)
+        if self.master is not None:
+            self.master.grads_to_master()
+        self.optimizer.step()
+        if self.master is not None:
+            self.master.master_to_model()
 
 
 def throughput_table(args: argparse.Namespace) -> list[Row]:
     rows = []
-    settings = TrainSettings.from_config(bench_config(args.seq_length))
-    model = build_model(settings.model, seed=0)
-    optimizer = build_optimizer(model, settings.optim)
+    settings = TrainSettings.from_config(bench_config(args.preset, args.seq_length))
+    trainer = Trainer(settings)
     for mix in args.mixes:
         rng = np.random.default_rng(0)
         lengths = length_mix(mix, args.samples, args.seq_length, rng)
@@ -125,42 +185,68 @@ def throughput_table(args: argparse.Namespace) -> list[Row]:
         layouts[f"padded to seq_length, MBS {mbs}"] = [
             pad_batch(samples[i : i + mbs], pad_to=args.seq_length) for i in range(0, len(samples), mbs)
         ]
+        # on the device before timing, as a data loader's pinned, prefetched batches would be
+        layouts = {name: [to_device(b, DEVICE) for b in batches] for name, batches in layouts.items()}
         for batches in layouts.values():  # warm-up: allocator, first-call costs per shape, optimizer state
-            run_layout(model, optimizer, batches[:1])
+            run_layout(trainer, batches[:2])
         best = dict.fromkeys(layouts, float("inf"))
         for _ in range(args.rounds):  # interleaved, so a burst of load hits every layout alike
             for name, batches in layouts.items():
-                best[name] = min(best[name], run_layout(model, optimizer, batches))
+                best[name] = min(best[name], run_layout(trainer, batches))
+        flops = model_flops(settings, [int(n) for n in lengths])
         for name, batches in layouts.items():
             real = sum(b.real_tokens for b in batches)
             computed = sum(b.padded_tokens for b in batches)
-            rows.append(Row(mix, name, len(batches), real, computed, best[name]))
+            rows.append(Row(mix, name, len(batches), real, computed, best[name], flops))
+        del layouts
     return rows
 
 
-def print_throughput(rows: list[Row]) -> None:
-    print("\n## Packed vs padded, same samples, one pass as one global batch (fwd+bwd, one AdamW step), CPU")
+def peak_flops() -> float | None:
+    if DEVICE.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name()
+    return next((tf * 1e12 for key, tf in PEAK_TFLOPS.items() if key in name), None)
+
+
+def print_throughput(rows: list[Row], args: argparse.Namespace) -> None:
+    peak = peak_flops()
+    where = torch.cuda.get_device_name() if DEVICE.type == "cuda" else "CPU"
     print(
-        "| length mix | layout | micro-batches | real tokens | computed tokens | padding | CPU s | real tok/s "
-        "| packed speedup vs this layout |"
+        f"\n## Packed vs padded, same samples, one pass as one global batch (fwd+bwd, one AdamW step), "
+        f"{args.preset} preset, seq {args.seq_length}, {where}"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| length mix | layout | micro-batches | real tokens | computed tokens | padding | s | real tok/s "
+        "| computed tok/s | packed real tok/s / this layout's | packed real tok/s / this layout's computed tok/s "
+        "| MFU (real tokens) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         packed = next(r for r in rows if r.mix == row.mix and r.layout.startswith("packed"))
+        packed_rate = packed.real / packed.seconds
+        mfu = f"{row.flops / row.seconds / peak:.1%}" if peak else "n/a"
         print(
             f"| {row.mix} | {row.layout} | {row.micro_batches} | {row.real:,} | {row.computed:,} | "
-            f"{1 - row.real / row.computed:.0%} | {row.seconds:.2f} | {row.real / row.seconds:,.0f} | "
-            f"{row.seconds / packed.seconds:.2f}x |"
+            f"{1 - row.real / row.computed:.0%} | {row.seconds:.3f} | {row.real / row.seconds:,.0f} | "
+            f"{row.computed / row.seconds:,.0f} | {row.seconds / packed.seconds:.2f}x | "
+            f"{packed_rate / (row.computed / row.seconds):.2f} | {mfu} |"
         )
     for mix in dict.fromkeys(r.mix for r in rows):
         mine = [r for r in rows if r.mix == mix]
         packed = next(r for r in mine if r.layout.startswith("packed"))
         grouped = next(r for r in mine if "length-grouped" in r.layout)
         full = next(r for r in mine if "seq_length" in r.layout)
+        worst = min(
+            (r for r in mine if r is not packed),
+            key=lambda r: packed.real / packed.seconds / (r.computed / r.seconds),
+        )
         print(
             f"\n{mix}: packed {grouped.seconds / packed.seconds:.2f}x the real tokens/s of length-grouped "
             f"padding ({1 - grouped.real / grouped.computed:.0%} padding), {full.seconds / packed.seconds:.2f}x "
-            f"that of padding to seq_length ({1 - full.real / full.computed:.0%} padding)"
+            f"that of padding to seq_length ({1 - full.real / full.computed:.0%} padding); per token, packed keeps "
+            f"{packed.real / packed.seconds / (worst.computed / worst.seconds):.2f} of the fastest padded layout's "
+            f"computed rate ({worst.layout})"
         )
 
 
@@ -169,8 +255,10 @@ def timed(fn: Callable[[], object], repeat: int = 5) -> float:
     fn()
     best = float("inf")
     for _ in range(repeat):
+        sync()
         t0 = CLOCK()
         fn()
+        sync()
         best = min(best, CLOCK() - t0)
     return best
 
@@ -256,10 +344,84 @@ def attention_profile(total: int = 4096, heads: int = 8, dim: int = 32, samples:
         print(f"| {name} | {timed(fn, repeat=3) * 1e3:.0f} |")
 
 
+def gpu_attention_profile(
+    packs: int = 8, pack: int = 4096, heads: int = 32, groups: int = 8, dim: int = 64
+) -> None:
+    """One layer's attention, fwd+bwd, bf16, on packs of a realistic length mix: each method that runs."""
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from packcfg.train import varlen
+    from packcfg.train.attention import PackedCoreAttention
+
+    config = TransformerConfig(
+        num_layers=1, hidden_size=heads * dim, num_attention_heads=heads, num_query_groups=groups,
+        kv_channels=dim, attention_dropout=0.0, masked_softmax_fusion=False, apply_rope_fusion=False,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    lengths = length_mix("realistic", 64 * packs, pack, rng)
+    bins = plan(lengths, pack, algorithm="bfd").bins[:packs]
+    samples = make_samples(lengths, 1000, rng)
+    thd = [to_device(pack_thd([samples[i] for i in b]), DEVICE) for b in bins]
+    members = [int(lengths[i]) for b in bins for i in b]
+
+    def qkv(n: int, shape: tuple[int, ...] = ()) -> list[torch.Tensor]:
+        return [
+            torch.randn(*shape, n, h, dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+            for h in (heads, groups, groups)
+        ]
+
+    def thd_method(method: str) -> Callable[[], None]:
+        attention = PackedCoreAttention(config, 1, AttnMaskType.causal, "self", method=method)
+        inputs = [qkv(b.padded_tokens) for b in thd]
+
+        def run() -> None:
+            for (q, k, v), b in zip(inputs, thd, strict=True):
+                attention(q, k, v, None, packed_seq_params=b.thd).sum().backward()
+
+        return run
+
+    # the same samples, length-grouped into padded micro-batches of 4 ([s, b, h, d])
+    order = sorted(members)
+    groups_ = [order[i : i + 4] for i in range(0, len(order), 4)]
+    padded_inputs = [qkv(max(g), (len(g),)) for g in groups_]
+    padded_attention = PackedCoreAttention(config, 1, AttnMaskType.causal, "self")
+
+    def padded() -> None:
+        for q, k, v in padded_inputs:
+            q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # [s, b, h, d]
+            padded_attention(q, k, v, None).sum().backward()
+
+    padded_tokens = sum(len(g) * max(g) for g in groups_)
+    print(
+        f"\n## Attention, one layer fwd+bwd, bf16, {heads}/{groups} heads x {dim}, {len(thd)} packs of {pack:,} "
+        f"holding {len(members)} samples ({sum(members):,} real tokens), {torch.cuda.get_device_name()}"
+    )
+    print("| method | ms | calls per layer and pack |")
+    print("|---|---|---|")
+    runs = [("per-sample SDPA loop (sdpa_loop)", thd_method("sdpa_loop"), "one per distinct length")]
+    runs += [
+        (f"{varlen.DESCRIPTIONS[m]} ({m})", thd_method(m), "1")
+        for m in varlen.FUSED_METHODS
+        if varlen.available(m)
+    ]
+    runs.append(
+        (
+            f"length-grouped padded SDPA, MBS 4 ({1 - sum(members) / padded_tokens:.0%} padding)",
+            padded,
+            "1 per micro-batch",
+        )
+    )
+    for name, fn, calls in runs:
+        print(f"| {name} | {timed(fn, repeat=5) * 1e3:.1f} | {calls} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=96)
-    parser.add_argument("--seq-length", type=int, default=1024)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="tiny on CPU, 1b on CUDA")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--samples", type=int, default=None, help="default: 96 (tiny), 160 (1b)")
+    parser.add_argument("--seq-length", type=int, default=None, help="default: 1024 (tiny), 4096 (1b)")
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
@@ -271,18 +433,33 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
     args = parser.parse_args()
-    global CLOCK
-    CLOCK = time.perf_counter if args.wall else time.process_time
+    global CLOCK, DEVICE
+    cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available here")
+    DEVICE = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    args.preset = args.preset or ("1b" if cuda else "tiny")
+    big = args.preset == "1b"
+    args.samples = args.samples or (160 if big else 96)
+    args.seq_length = args.seq_length or (4096 if big else 1024)
+    CLOCK = time.perf_counter if (args.wall or cuda) else time.process_time
     torch.set_num_threads(args.threads)
+    shape = PRESETS[args.preset]
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {'wall-clock' if args.wall else 'process CPU'} "
-        f"time; model 4 layers x 256 hidden, GQA 8/4 heads, seq_length {args.seq_length}"
+        f"torch {torch.__version__}, {'CUDA ' + torch.cuda.get_device_name() if cuda else 'CPU'}, "
+        f"{torch.get_num_threads()} thread(s), {'wall-clock' if CLOCK is time.perf_counter else 'process CPU'} time; "
+        f"{args.preset}: {shape['num_layers']} layers x {shape['hidden_size']}, GQA {shape['num_attention_heads']}/"
+        f"{shape['num_query_groups']}, vocab {shape['vocab_size']}, {'bf16' if shape['bf16'] else 'fp32'}, "
+        f"seq_length {args.seq_length}"
     )
     with distributed():
-        print_throughput(throughput_table(args))
+        print_throughput(throughput_table(args), args)
         if args.profiles:
-            rope_profile()
-            attention_profile()
+            if cuda:
+                gpu_attention_profile()
+            else:
+                rope_profile()
+                attention_profile()
 
 
 if __name__ == "__main__":

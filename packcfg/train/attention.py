@@ -5,16 +5,17 @@ Megatron's `Attention` hands this module q/k/v after the QKV projection; with
 Here RoPE is applied to all tokens at once from per-token position ids (a gather, no per-sample
 Python work), then attention is causal within each sample and blind across samples.
 
-Attention method (CPU): one `scaled_dot_product_attention(is_causal=True)` per sample. Measured in
-`bench/train.py`: on CPU it beats one SDPA over the pack with a block-diagonal mask (O(T^2) work and
-memory) and unpack-to-padded; the per-sample loop is confined to this kernel (on GPU, TE's fused THD
-attention replaces it).
+Attention method: on CUDA in bf16/fp16, one fused variable-length kernel call per layer (flash-attn's,
+else torch's `varlen_attn`; `packcfg.train.varlen` chooses, following `model.attention_backend`). On CPU
+one `scaled_dot_product_attention(is_causal=True)` per group of equal-length samples: measured in
+`bench/train.py`, on CPU it beats one SDPA over the pack with a block-diagonal mask (O(T^2) work and
+memory) and unpack-to-padded.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
+from packcfg.train import varlen
 from packcfg.train.mcore_compat import quiet_megatron_import
 
 with quiet_megatron_import():
@@ -45,6 +47,8 @@ class ThdParams(PackedSeqParams):
     kv_gather_index: Tensor | None = None  # CP: gathered [cp*T] keys -> samples' global key order
     padding_segment: bool = False  # the last segment is pack padding: no attention computed for it
     cu_seqlens_unpadded_list: list[int] | None = None  # CP: running sum of real lengths (TE's cu_seqlens_q)
+    # Per-batch values every layer shares, computed by the first layer: RoPE tables, the fused-kernel view.
+    layer_cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,7 @@ class PackedCoreAttention(MegatronModule):
         cp_comm_type: str | None = None,
         pg_collection: Any = None,
         rope: RopeSpec | None = None,
+        method: varlen.Method = "sdpa_loop",
         **_unused: Any,  # keyword arguments added by newer megatron-core releases
     ) -> None:
         super().__init__(config=config)
@@ -154,6 +159,8 @@ class PackedCoreAttention(MegatronModule):
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
         self.rope = Rope(rope) if rope is not None else None
+        self.rope_spec = rope
+        self.method: varlen.Method = method  # for THD packs: varlen.choose() decides, model.py passes it
 
     def forward(
         self,
@@ -191,12 +198,14 @@ class PackedCoreAttention(MegatronModule):
         return out.permute(2, 0, 1, 3).reshape(s, b, heads * self.head_dim)
 
     def _thd(self, query: Tensor, key: Tensor, value: Tensor, params: ThdParams) -> Tensor:
-        """`[T, h, d]`: RoPE for all tokens at once, then causal SDPA per sample."""
+        """`[T, h, d]`: RoPE for all tokens at once, then causal attention within each sample."""
         total, heads, _ = query.shape
         if self.rope is not None:
             assert params.position_ids is not None
-            cos, sin = self.rope.cos_sin(params.position_ids)
+            cos, sin = self._rope_tables(params)
             query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
+        if params.kv_gather_index is None and self._fused(query):
+            return self._thd_fused(query, key, value, params)
         key, value = _expand_groups(key, heads, 1), _expand_groups(value, heads, 1)
         if params.kv_gather_index is not None:
             return self._thd_context_parallel(query, key, value, params)
@@ -215,6 +224,36 @@ class PackedCoreAttention(MegatronModule):
             for i, out in zip(members, self._sdpa(q, k, v, causal=True), strict=True):
                 outs[i] = out
         return torch.cat(outs).reshape(total, heads * self.head_dim)
+
+    def _rope_tables(self, params: ThdParams) -> tuple[Tensor, Tensor]:
+        """cos/sin for the batch's positions, computed by the first layer and shared by the rest."""
+        key = ("rope", self.rope_spec)
+        if key not in params.layer_cache:
+            assert self.rope is not None and params.position_ids is not None
+            params.layer_cache[key] = self.rope.cos_sin(params.position_ids)
+        return params.layer_cache[key]
+
+    def _fused(self, query: Tensor) -> bool:
+        """A fused varlen kernel was chosen and can take this call (CUDA, fp16/bf16: not an fp32 call made
+        outside autocast, which the per-sample loop computes instead)."""
+        return self.method != "sdpa_loop" and query.is_cuda and query.dtype in varlen.HALF
+
+    def _thd_fused(self, query: Tensor, key: Tensor, value: Tensor, params: ThdParams) -> Tensor:
+        """One fused variable-length kernel call for the whole pack; the padding segment is left out."""
+        total, heads, _ = query.shape
+        if "varlen" not in params.layer_cache:
+            assert params.cu_seqlens_q is not None and params.cu_seqlens_list is not None
+            params.layer_cache["varlen"] = varlen.varlen_view(
+                params.cu_seqlens_q, params.cu_seqlens_list, params.padding_segment
+            )
+        view: varlen.VarlenView = params.layer_cache["varlen"]
+        n = view.tokens
+        out = varlen.fused_attention(
+            self.method, query[:n], key[:n], value[:n], view, self.softmax_scale, self._dropout_p()
+        )
+        if n < total:
+            out = torch.cat((out, out.new_zeros(total - n, *out.shape[1:])))
+        return out.reshape(total, heads * self.head_dim)
 
     def _sdpa(
         self, q: Tensor, k: Tensor, v: Tensor, causal: bool = False, mask: Tensor | None = None

@@ -87,6 +87,22 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def save_rank_rng(directory: Path, rank: int) -> None:
+    """This rank's RNG states, one small file per global rank (they differ between ranks, so they are
+    neither one rank's "common" state nor a sharded tensor)."""
+    torch.save(_rng_state(), directory / f"rng_rank{rank:05d}.pt")
+
+
+def restore_rank_rng(directory: Path, rank: int) -> bool:
+    """This rank's RNG states as saved, if the checkpoint has them (False when resuming on a different
+    world size: seeds stay as set at start)."""
+    path = directory / f"rng_rank{rank:05d}.pt"
+    if not path.is_file():
+        return False
+    _set_rng_state(load_file(path))
+    return True
+
+
 def _barrier() -> None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
@@ -131,7 +147,7 @@ def save_checkpoint(
             },
             tmp / f"model_optim_tp{layout.tp_rank:02d}.pt",
         )
-    torch.save(_rng_state(), tmp / f"rng_rank{layout.rank:05d}.pt")
+    save_rank_rng(tmp, layout.rank)
     _barrier()
     if layout.is_main:
         if final.exists():
@@ -212,9 +228,7 @@ def load_checkpoint(
                 f"{directory}: saved without bf16 master weights; resume with the same precision"
             )
         master.load_state_dict(state["master"])
-    rng = directory / f"rng_rank{layout.rank:05d}.pt"
-    if rng.is_file():  # absent when resuming on a different world size: seeds stay as set at start
-        _set_rng_state(load_file(rng))
+    restore_rank_rng(directory, layout.rank)
     return Resumed(int(state["iteration"]), int(state["consumed_units"]))
 
 

@@ -4,13 +4,16 @@ Layout under `checkpoint.save`, as Megatron Bridge writes it (src/megatron/bridg
 v0.3.1: `iter_{:07d}` directories, the Megatron-LM tracker file `latest_checkpointed_iteration.txt`, the
 model's `sharded_state_dict()` under the key "model"):
     iter_0000020/  metadata.json, common.pt, __*.distcp   (megatron-core's torch_dist backend)
+                   rng_rank00000.pt ...                    (packcfg: each global rank's RNG states)
     latest_checkpointed_iteration.txt
 
 Sharded (each tensor keyed and sliced like its parameter, so a different TP size reshards on load):
 "model" (GPTModel.sharded_state_dict()), "optimizer.exp_avg" / "optimizer.exp_avg_sq" (AdamW moments) and
 "optimizer.master" (bf16's fp32 master weights). Common (rank 0's, in common.pt): iteration,
-consumed units, LR schedule, AdamW step counts, RNG states, and the model's shape fields (so a mismatch is
-reported by config field).
+consumed units, LR schedule, AdamW step counts, and the model's shape fields (so a mismatch is
+reported by config field). RNG states differ per rank, so they are not common state (megatron would compare
+every rank's common dict with rank 0's and print the whole difference at each save): each rank writes its
+own `rng_rank*.pt` beside megatron's files (older checkpoints kept rank 0's in common.pt; still read).
 
 Nothing read runs code: common.pt is read by `checkpoint.load_file` (`torch.load(weights_only=True)`) through
 `SafeCommonLoad`, which also refuses ShardedObjects (packcfg writes none). The tensors come from torch's
@@ -30,10 +33,11 @@ from packcfg.core.atomic import atomic_write_text
 from packcfg.train.checkpoint import (
     Resumed,
     _barrier,
-    _rng_state,
     _set_rng_state,
     iteration_dir,
     load_file,
+    restore_rank_rng,
+    save_rank_rng,
 )
 from packcfg.train.mcore_compat import cpu_checkpointing
 from packcfg.train.optim import LrSchedule, MasterWeights
@@ -175,10 +179,10 @@ def save_dist_checkpoint(
         adam_step={
             n: float(optimizer.state[p].get("step", 0.0)) for n, p in zip(names, opt_params, strict=True)
         },
-        rng=_rng_state(),
         shape=_shape_fields(model),
         packcfg_format="torch_dist",
     )
+    save_rank_rng(tmp, layout.rank)
     with cpu_checkpointing():
         dist_checkpointing.save(state, str(tmp), sharded_strategy=_sync_save_strategy())
     _barrier()
@@ -276,7 +280,8 @@ def load_dist_checkpoint(
                 copy.copy_(loaded["master"][name])
         master.master_to_model()
     schedule.load_state_dict(common["schedule"])
-    _set_rng_state(common["rng"])
+    if not restore_rank_rng(directory, layout.rank) and "rng" in common:
+        _set_rng_state(common["rng"])  # saved before per-rank RNG files: rank 0's states
     return Resumed(int(common["iteration"]), int(common["consumed_units"]))
 
 

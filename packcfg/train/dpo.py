@@ -41,10 +41,10 @@ from packcfg.train.preflight import dpo_refusals
 from packcfg.train.step import (
     StepTokens,
     _sequence_parallel_ready,
-    _to_device,
     count_tokens,
     model_device,
     per_token_losses,
+    to_device,
 )
 
 LOSS_TYPES = ("dpo", "ipo")
@@ -172,7 +172,7 @@ def reference_logps(
     out = []
     device = model_device(reference)
     for mb in micro_batches:
-        mb = _to_device(_sequence_parallel_ready(reference, mb), device)
+        mb = to_device(_sequence_parallel_ready(reference, mb), device)
         out.append(
             sequence_logps(per_token_losses(reference, mb, use_te=use_te), mb, 2 * _pairs_in(mb)).cpu()
         )
@@ -201,7 +201,7 @@ def dpo_forward_backward(
         p.main_grad.zero_()
     local = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss, correct, margin, chosen, rejected (sums)
     for mb, pairs, ref in zip(micro_batches, counts, ref_logps, strict=True):
-        mb = _to_device(mb, device)
+        mb = to_device(mb, device)
         policy = sequence_logps(per_token_losses(model, mb, use_te=use_te), mb, 2 * pairs)
         ref = ref.to(policy.device)
         if faults.dpo_ref_wrong_segment:  # the control: each sample scored against its neighbour's reference

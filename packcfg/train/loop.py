@@ -24,7 +24,7 @@ from packcfg.train.dpo import dpo_setup, dpo_step_on, frozen_reference
 from packcfg.train.hf.config import hf_source
 from packcfg.train.hf.convert import load_hf_weights
 from packcfg.train.metrics import MetricsLog, StepMetrics, open_sinks, print_progress
-from packcfg.train.model import build_model, use_transformer_engine
+from packcfg.train.model import attention_summary, build_model, use_transformer_engine
 from packcfg.train.optim import LrSchedule, MasterWeights, build_optimizer
 from packcfg.train.parallel import Layout, clip_grad_norm, context_group, distributed
 from packcfg.train.preflight import pipeline_problems
@@ -119,7 +119,7 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
         f"packcfg train: {s.name} | {s.data.batching} batches | world {layout.world} (TP {layout.tp}, "
         f"CP {layout.cp}, PP {layout.pp}, DP {layout.dp}) | GBS {s.global_batch_size}, MBS {s.micro_batch_size}, "
         f"{plan.micro_batches_per_step} micro-batches/rank/step | attention: "
-        f"{'Transformer Engine' if use_te else 'packcfg THD (local spec)'}",
+        f"{attention_summary(s.model)}",
     )
 
     # ---- loop

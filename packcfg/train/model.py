@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from packcfg.train import mcore_compat
+from packcfg.train import mcore_compat, varlen
 from packcfg.train.attention import PackedCoreAttention, RopeSpec
 from packcfg.train.mcore_compat import ModuleSpec, quiet_megatron_import
 from packcfg.train.settings import ModelSettings
@@ -22,6 +22,25 @@ with quiet_megatron_import():
 def use_transformer_engine(settings: ModelSettings) -> bool:
     """TE only when asked for (`transformer_impl: transformer_engine`) and actually usable."""
     return settings.transformer_impl == "transformer_engine" and mcore_compat.has_transformer_engine()
+
+
+def attention_method(settings: ModelSettings) -> tuple[varlen.Method, str]:
+    """The THD attention kernel of packcfg's local spec on this machine, and why (varlen.choose);
+    ValueError names `model.attention_backend` when an explicit request cannot run here."""
+    return varlen.choose(
+        settings.attention_backend,
+        cuda=torch.cuda.is_available(),
+        half=settings.bf16,
+        dropout=settings.attention_dropout,
+    )
+
+
+def attention_summary(settings: ModelSettings) -> str:
+    """One line for the start-up banner: which attention computes THD packs, and why."""
+    if use_transformer_engine(settings):
+        return "Transformer Engine (fused THD)"
+    method, why = attention_method(settings)
+    return f"packcfg THD, {varlen.DESCRIPTIONS[method]} ({why})"
 
 
 def transformer_config(settings: ModelSettings, use_te: bool, pp: int | None = None) -> TransformerConfig:
@@ -111,7 +130,10 @@ def _gpt_model(
             llama3_factor=settings.rope_scaling_factor if settings.rope_scaling else None,
             interpolation_factor=settings.seq_len_interpolation_factor,
         )
-        attention = ModuleSpec(module=PackedCoreAttention, params={"rope": rope_spec if rope else None})
+        method, _ = attention_method(settings)
+        attention = ModuleSpec(
+            module=PackedCoreAttention, params={"rope": rope_spec if rope else None, "method": method}
+        )
         spec = mcore_compat.local_block_spec(  # local block spec: its norms accept sequence parallel
             attention, layers, qk_layernorm=settings.qk_layernorm
         )

@@ -44,10 +44,10 @@ from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_
 from packcfg.train.step import (  # the PP 1 step's own helpers, so both paths lay batches out alike
     StepTokens,
     _sequence_parallel_ready,
-    _to_device,
     accumulate_main_grads,
     count_tokens,
     per_token_losses,
+    to_device,
 )
 
 with quiet_megatron_import():
@@ -156,7 +156,7 @@ def pipelined_forward_backward(
     """`step.forward_backward` for PP > 1: one 1F1B pass over this rank's micro-batches (the same on
     every stage), gradients reduced as megatron's `finalize_model_grads` does, the global loss sent
     from the last stage to every rank."""
-    micro_batches = [_to_device(_sequence_parallel_ready(model, mb), device) for mb in micro_batches]
+    micro_batches = [to_device(_sequence_parallel_ready(model, mb), device) for mb in micro_batches]
     tokens = count_tokens(micro_batches)
     denominator = max(tokens.loss_tokens, 1)
     stages = _Stages(model, device)

@@ -7,6 +7,7 @@ job runs these checks without importing torch.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -141,11 +142,26 @@ def preflight(config: dict[str, Any], base: Path | None = None) -> list[str]:
     kv_set = (config.get("model") or {}).get("kv_channels") is not None
     return (
         model_problems(model, kv_set)
+        + attention_problems(model)
         + pipeline_problems(config, model)
         + vocab_problems(config, model, base)
         + logger_problems(config)
         + mode_problems(config, model)
     )
+
+
+def attention_problems(model: ModelSettings) -> list[str]:
+    """An explicit model.attention_backend that cannot run whatever the device (packcfg.train.varlen; the
+    device-dependent half, e.g. flash on a machine without CUDA, is refused when the model is built)."""
+    te = model.transformer_impl == "transformer_engine" and importlib.util.find_spec("transformer_engine")
+    if model.attention_backend == "fused" and not te:
+        return [
+            "model.attention_backend: fused is Transformer Engine's fused attention (model.transformer_impl "
+            "transformer_engine, with TE installed); the packcfg executor's own attention takes auto, flash or unfused"
+        ]
+    if model.attention_backend == "flash" and not te and not model.bf16:
+        return ["model.attention_backend: flash needs bf16 compute (set model.bf16: true) or use auto"]
+    return []
 
 
 def mode_problems(config: dict[str, Any], model: ModelSettings) -> list[str]:

@@ -38,6 +38,26 @@ def _ckpt_format(value: Any) -> str:
     return str(value)
 
 
+# model.attention_backend: Bridge's AttnBackend names (megatron-core transformer/enums.py); what the packcfg
+# executor does with each is packcfg.train.varlen's.
+ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+
+
+def _attention_backend(value: Any) -> str:
+    """`model.attention_backend` as one of ATTENTION_BACKENDS: None/"" is auto; Bridge's enum dumps
+    (`{_target_: ...AttnBackend, _name_: flash}`) and `AttnBackend.flash` spellings read as their name."""
+    if value is None or value == "":
+        return "auto"
+    if isinstance(value, dict):
+        value = value.get("_name_", value)
+    name = str(value).rsplit(".", 1)[-1].lower()
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(
+            f"model.attention_backend: {value!r} is not one of {', '.join(ATTENTION_BACKENDS)} (megatron-core AttnBackend)"
+        )
+    return name
+
+
 def _truthy(value: Any) -> bool:
     return bool(value) and str(value).lower() not in {"false", "0", "no", "none"}
 
@@ -74,6 +94,8 @@ class ModelSettings:
     rope_scaling: bool = False
     rope_scaling_factor: float = 8.0
     seq_len_interpolation_factor: float | None = None
+    # Bridge's model.attention_backend (megatron-core AttnBackend name); packcfg.train.varlen maps it.
+    attention_backend: str = "auto"
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ModelSettings:
@@ -116,6 +138,7 @@ class ModelSettings:
             seq_len_interpolation_factor=(
                 float(m["seq_len_interpolation_factor"]) if m.get("seq_len_interpolation_factor") else None
             ),
+            attention_backend=_attention_backend(m.get("attention_backend")),
         )
 
 

@@ -48,7 +48,8 @@ def count_tokens(micro_batches: Sequence[MicroBatch]) -> StepTokens:
     return StepTokens(int(loss), int(real), int(padded), int(n))
 
 
-def _to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
+def to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
+    """The micro-batch on `device` (the model's): every tensor moved, the per-batch layer cache fresh."""
     if device.type == "cpu":
         return mb
     thd = mb.thd
@@ -58,7 +59,7 @@ def _to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
             for f in fields(thd)
             if isinstance(getattr(thd, f.name), Tensor)
         }
-        thd = replace(thd, **moved)
+        thd = replace(thd, **moved, layer_cache={})  # the per-batch layer cache holds device tensors
     images = {
         name: value.to(device)
         for name in ("pixel_values", "image_token_index")
@@ -218,7 +219,7 @@ def forward_backward(
     local_loss = 0.0
     sequence_parallel = bool(getattr(getattr(model, "config", None), "sequence_parallel", False))
     for mb in micro_batches:
-        mb = _to_device(mb, device)
+        mb = to_device(mb, device)
         with cpu_current_device(active=sequence_parallel):  # SP collectives on CPU (mcore_compat)
             losses = per_token_losses(model, mb, use_te=use_te)
             loss_sum = (losses.float() * mb.loss_mask).sum()

@@ -171,8 +171,13 @@ class _Packs:
 def run_torchrun(
     args: list[str], nproc: int = 2, timeout: int = TORCHRUN_TIMEOUT_S
 ) -> subprocess.CompletedProcess:
-    """`python -m torch.distributed.run` on a free port; a failure shows the children's output."""
+    """`python -m torch.distributed.run` on a free port; a failure shows the children's output. Skips where
+    CUDA is visible with fewer GPUs than ranks (tests/train/devices.py)."""
     from packcfg.train.parallel import free_port
+
+    from .devices import skip_unless_one_gpu_per_rank
+
+    skip_unless_one_gpu_per_rank(nproc)
 
     cmd = [
         sys.executable, "-m", "torch.distributed.run",

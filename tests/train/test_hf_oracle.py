@@ -24,9 +24,12 @@ pytest.importorskip("safetensors")
 
 from packcfg.train.batches import Sample, pack_thd  # noqa: E402
 
+from .devices import DEVICE, ON_CUDA, on_model_device  # noqa: E402
+
 VOCAB = 320
 LENGTHS = (9, 230, 2, 47, 150)  # stored lengths; runtime = length - 1
-TOL = 1e-5
+# fp32 both sides, on the same device; GPU kernels reduce in another order than the CPU's
+TOL = 3e-5 if ON_CUDA else 1e-5
 CONTROL = 1e-3  # a control must miss by at least 100x the tolerance
 FAMILIES = {
     "llama31": (
@@ -83,10 +86,13 @@ def samples() -> list[Sample]:
 @torch.no_grad()
 def hf_logits(hf_model) -> torch.Tensor:
     """transformers, one sample at a time, concatenated in pack order."""
+    hf_model = hf_model.to(DEVICE)  # the reference runs where packcfg's model runs
     parts = [
-        hf_model(torch.as_tensor(s.input_ids[:-1])[None]).logits[0] for s in samples() if s.runtime_length
+        hf_model(torch.as_tensor(s.input_ids[:-1], device=DEVICE)[None]).logits[0]
+        for s in samples()
+        if s.runtime_length
     ]
-    return torch.cat(parts)
+    return torch.cat(parts).cpu()
 
 
 def settings_for(folder, **replace):
@@ -109,11 +115,11 @@ def imported_model(folder, settings=None):
 
 @torch.no_grad()
 def packed_logits(model) -> torch.Tensor:
-    mb = pack_thd(samples())
+    mb = on_model_device(model, pack_thd(samples()))
     out = model(
         input_ids=mb.tokens, position_ids=mb.position_ids, attention_mask=None, packed_seq_params=mb.thd
     )
-    return out[0]
+    return out[0].cpu()
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from packcfg.train.batches import pack_thd, split_for_context_parallel
-from packcfg.train.step import _to_device, bridge_packed_metadata, bridge_packed_seq_params
+from packcfg.train.step import bridge_packed_metadata, bridge_packed_seq_params, to_device
 
 from .cases import synthetic_samples
 
@@ -123,7 +123,7 @@ def test_metadata_of_a_pack_is_what_bridge_collate_produces():
 def test_batches_follow_the_models_device():
     """Every tensor of a micro-batch, THD metadata included, goes where the model is."""
     batch = split_for_context_parallel(pack_thd(synthetic_samples(4, seed=1), pad_to=128), 2, 1, None)
-    moved = _to_device(batch, torch.device("meta"))
+    moved = to_device(batch, torch.device("meta"))
     assert {t.device.type for t in (moved.tokens, moved.labels, moved.loss_mask, moved.position_ids)} == {
         "meta"
     }

@@ -15,6 +15,7 @@ from packcfg.train.loop import TrainOptions, train
 from packcfg.train.metrics import read_metrics
 
 from .cases import REPO_ROOT, greedy_packs, synthetic_samples, tiny_config
+from .devices import skip_unless_one_gpu_per_rank
 
 STEPS, SAVE_AT = 6, 3
 
@@ -114,6 +115,7 @@ def test_pretrained_checkpoint_gives_initial_weights(tmp_path, packed_file, unin
 @pytest.mark.slow
 @pytest.mark.torchrun
 def test_packcfg_train_tiny_recipe_reduced(tmp_path):
+    skip_unless_one_gpu_per_rank(2)  # the recipe trains data parallel 2
     recipe = REPO_ROOT / "recipes" / "tiny_cpu_sft.yaml"
     common = [
         "-o",

@@ -249,7 +249,9 @@ def test_packcfg_train_tiny_vlm_recipe_reduced(tmp_path):
     import sys
 
     from .cases import REPO_ROOT
+    from .devices import skip_unless_one_gpu_per_rank
 
+    skip_unless_one_gpu_per_rank(2)
     recipe = REPO_ROOT / "recipes" / "tiny_cpu_vlm.yaml"
     common = ["--nproc-per-node", "2", "-o", "train.micro_batch_size=8", "-o", "checkpoint.save_interval=2"]
     common += ["-o", "+checkpoint.save=runs/tiny_cpu_vlm/checkpoints"]
