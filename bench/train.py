@@ -360,7 +360,8 @@ def gpu_attention_profile(
     )  # fmt: skip
     rng = np.random.default_rng(0)
     lengths = length_mix("realistic", 64 * packs, pack, rng)
-    bins = plan(lengths, pack, algorithm="bfd").bins[:packs]
+    bins = plan(lengths, pack, algorithm="bfd").bins
+    bins = [bins[i] for i in rng.permutation(len(bins))[:packs]]  # BFD fills its first packs with the longest
     samples = make_samples(lengths, 1000, rng)
     thd = [to_device(pack_thd([samples[i] for i in b]), DEVICE) for b in bins]
     members = [int(lengths[i]) for b in bins for i in b]
