@@ -173,9 +173,13 @@ def throughput_table(args: argparse.Namespace) -> list[Row]:
         rng = np.random.default_rng(0)
         lengths = length_mix(mix, args.samples, args.seq_length, rng)
         samples = make_samples(lengths, settings.model.vocab_size, rng)
-        packs = plan(lengths, args.seq_length, algorithm="bfd").bins
         mbs = args.micro_batch_size
-        layouts = {"packed (THD)": [pack_thd([samples[i] for i in b]) for b in packs]}
+        layouts = {}
+        # packs of seq_length (MBS 1, as Bridge trains offline packs), and packs of MBS x seq_length: the
+        # same token budget per micro-batch as the padded MBS rows (PK110's equivalent configuration)
+        for size in (args.seq_length, mbs * args.seq_length):
+            packs = plan(lengths, size, algorithm="bfd").bins
+            layouts[f"packed (THD), packs of {size:,}"] = [pack_thd([samples[i] for i in b]) for b in packs]
         grouped = length_grouped(lengths, mbs, rng)
         layouts[f"padded, length-grouped MBS {mbs}"] = [pad_batch([samples[i] for i in g]) for g in grouped]
         for size in (mbs, 2 * mbs):
@@ -188,7 +192,7 @@ def throughput_table(args: argparse.Namespace) -> list[Row]:
         # on the device before timing, as a data loader's pinned, prefetched batches would be
         layouts = {name: [to_device(b, DEVICE) for b in batches] for name, batches in layouts.items()}
         for batches in layouts.values():  # warm-up: allocator, first-call costs per shape, optimizer state
-            run_layout(trainer, batches[:2])
+            run_layout(trainer, batches if DEVICE.type == "cuda" else batches[:2])  # GPU: every shape once
         best = dict.fromkeys(layouts, float("inf"))
         for _ in range(args.rounds):  # interleaved, so a burst of load hits every layout alike
             for name, batches in layouts.items():
@@ -234,20 +238,20 @@ def print_throughput(rows: list[Row], args: argparse.Namespace) -> None:
         )
     for mix in dict.fromkeys(r.mix for r in rows):
         mine = [r for r in rows if r.mix == mix]
-        packed = next(r for r in mine if r.layout.startswith("packed"))
-        grouped = next(r for r in mine if "length-grouped" in r.layout)
-        full = next(r for r in mine if "seq_length" in r.layout)
-        worst = min(
-            (r for r in mine if r is not packed),
-            key=lambda r: packed.real / packed.seconds / (r.computed / r.seconds),
-        )
-        print(
-            f"\n{mix}: packed {grouped.seconds / packed.seconds:.2f}x the real tokens/s of length-grouped "
-            f"padding ({1 - grouped.real / grouped.computed:.0%} padding), {full.seconds / packed.seconds:.2f}x "
-            f"that of padding to seq_length ({1 - full.real / full.computed:.0%} padding); per token, packed keeps "
-            f"{packed.real / packed.seconds / (worst.computed / worst.seconds):.2f} of the fastest padded layout's "
-            f"computed rate ({worst.layout})"
-        )
+        packed = [r for r in mine if r.layout.startswith("packed")]
+        padded = [r for r in mine if not r.layout.startswith("packed")]
+        grouped = next(r for r in padded if "length-grouped" in r.layout)
+        full = next(r for r in padded if "seq_length" in r.layout)
+        print(f"\n{mix}:")
+        for p in packed:
+            rate = p.real / p.seconds
+            worst = min(padded, key=lambda r: rate / (r.computed / r.seconds))
+            print(
+                f"- {p.layout}: {grouped.seconds / p.seconds:.2f}x the real tokens/s of length-grouped padding "
+                f"({1 - grouped.real / grouped.computed:.0%} padding), {full.seconds / p.seconds:.2f}x that of "
+                f"padding to seq_length ({1 - full.real / full.computed:.0%}); per token it keeps "
+                f"{rate / (worst.computed / worst.seconds):.2f} of the fastest padded layout's computed rate ({worst.layout})"
+            )
 
 
 def timed(fn: Callable[[], object], repeat: int = 5) -> float:

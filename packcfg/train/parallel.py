@@ -67,7 +67,14 @@ def distributed(tp: int = 1, cp: int = 1, pp: int = 1) -> Iterator[Layout]:
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+            if local_rank >= gpus:  # else CUDA's "invalid device ordinal" traceback on every extra rank
+                raise ValueError(
+                    f"local rank {local_rank}: this node has {gpus} visible GPU(s) (CUDA_VISIBLE_DEVICES="
+                    f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); start at most {gpus} process(es) per node "
+                    "(--nproc-per-node, launch.gpus_per_node)"
+                )
+            torch.cuda.set_device(local_rank)
         if under_torchrun():
             dist.init_process_group(backend=backend)
         else:

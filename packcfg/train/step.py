@@ -216,7 +216,8 @@ def forward_backward(
     main = [p for p in params if getattr(p, "main_grad", None) is not None]
     for p in main:
         p.main_grad.zero_()
-    local_loss = 0.0
+    # summed on the device: a float() per micro-batch would make the host wait for the GPU each time
+    local_loss = torch.zeros((), dtype=torch.float64, device=device)
     sequence_parallel = bool(getattr(getattr(model, "config", None), "sequence_parallel", False))
     for mb in micro_batches:
         mb = to_device(mb, device)
@@ -230,7 +231,7 @@ def forward_backward(
                 scaled = loss_sum / denominator
             scaled.backward()
         accumulate_main_grads(main)
-        local_loss += float(scaled.detach())
+        local_loss += scaled.detach()
     finalize_model_grads(model, reduce_tp_partial=not faults.sp_grads_not_reduced)
-    (loss,) = all_reduce_sum([local_loss], data_context_group())
+    (loss,) = all_reduce_sum([float(local_loss)], data_context_group())
     return loss, tokens

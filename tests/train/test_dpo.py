@@ -21,6 +21,7 @@ from packcfg.train.dpo import (
 from packcfg.train.equivalence import LossAndGrads, compare, full_gradients, load_results
 
 from .cases import pair_packs, run_dpo_case, run_torchrun, synthetic_pairs
+from .devices import skip_unless_one_gpu_per_rank
 
 PAIRS = synthetic_pairs(8, seed=2)
 
@@ -135,6 +136,7 @@ def test_recipe_trains_on_whole_ordered_pairs(tmp_path):
 
     from .cases import REPO_ROOT
 
+    skip_unless_one_gpu_per_rank(2)  # the recipe's DP 2
     proc = _train_cli(tmp_path, "train.train_iters=3", "checkpoint.save_interval=0")
     assert proc.returncode == 0, proc.stderr
     rows = read_metrics(tmp_path / "runs/tiny_cpu_dpo/metrics.jsonl")

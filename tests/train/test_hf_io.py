@@ -283,7 +283,9 @@ def test_bf16_master_weights_get_the_folders_fp32_values(tmp_path):
     by_name = dict(zip(names, master.master_params, strict=True))
     attn = hf.model.layers[0].self_attn
     expected_qkv = merge_qkv(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, 4, 2, 16)
-    got = by_name["decoder.layers.0.self_attention.linear_qkv.weight"]
+    got = by_name["decoder.layers.0.self_attention.linear_qkv.weight"].cpu()
     assert got.dtype == torch.float32 and torch.equal(got, expected_qkv.detach())
-    assert torch.equal(by_name["embedding.word_embeddings.weight"], hf.model.embed_tokens.weight.detach())
+    assert torch.equal(
+        by_name["embedding.word_embeddings.weight"].cpu(), hf.model.embed_tokens.weight.detach()
+    )
     assert model.embedding.word_embeddings.weight.dtype == torch.bfloat16

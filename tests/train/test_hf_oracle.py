@@ -186,7 +186,7 @@ def _perturbed(model):
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=g))
+            p.add_(0.05 * torch.randn(p.shape, generator=g).to(p.device))
     return model
 
 

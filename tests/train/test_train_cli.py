@@ -15,6 +15,7 @@ import pytest
 from packcfg.core.processes import process_tree
 
 from .cases import REPO_ROOT
+from .devices import skip_unless_one_gpu_per_rank
 
 RECIPE = REPO_ROOT / "recipes" / "tiny_cpu_sft.yaml"
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -87,6 +88,7 @@ def test_run_folder_is_never_silently_rewritten(tmp_path):
 @pytest.mark.slow
 @pytest.mark.torchrun
 def test_rank_side_error_is_one_line_and_exit_2(tmp_path):
+    skip_unless_one_gpu_per_rank(2)  # the recipe's DP 2
     ckpt = tmp_path / "runs/tiny_cpu_sft/checkpoints"
     (ckpt / "iter_0000001").mkdir(parents=True)
     (ckpt / "iter_0000001" / "model_optim_tp00.pt").write_bytes(b"not a checkpoint")
@@ -100,6 +102,7 @@ def test_rank_side_error_is_one_line_and_exit_2(tmp_path):
 @pytest.mark.slow
 @pytest.mark.torchrun
 def test_sigterm_stops_every_rank_and_keeps_the_last_checkpoint(tmp_path):
+    skip_unless_one_gpu_per_rank(2)  # the recipe's DP 2
     proc = subprocess.Popen(
         [sys.executable, "-m", "packcfg", "train", str(RECIPE), "train.train_iters=400", "checkpoint.save_interval=2",
          "logger.log_interval=1"],

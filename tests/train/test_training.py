@@ -168,3 +168,21 @@ def test_launcher_shim_is_packcfg_train():
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0 and "usage: packcfg train" in proc.stdout
+
+
+def test_more_ranks_than_gpus_is_one_line(monkeypatch):
+    """A node asked for more processes than it has GPUs: each extra rank says so in one line instead of
+    CUDA's "invalid device ordinal" traceback."""
+    import torch
+
+    from packcfg.train.parallel import distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(
+        ValueError, match=r"local rank 1: this node has 1 visible GPU\(s\) \(CUDA_VISIBLE_DEVICES=0\)"
+    ):
+        with distributed():
+            pass
