@@ -1,0 +1,376 @@
+"""Launch hardening (issue 22, items 5-7), against the real Slurm where it matters.
+
+5. A job record keeps the cluster its job went to; status, logs and cancel ask that cluster, and a record
+   never moves on another cluster's answer (a second real slurmctld, with a job of the same id, is the
+   other cluster).
+6. Every rendered job script checks its Python environment first: one line naming each missing module
+   and the install command; `launch --backend local` refuses up front when this install cannot run it.
+7. The gate and lint locate every value where it was set: the file, a -c file, an override on the
+   command line, a base recipe; only a value nobody set is a default.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from packcfg.launch import LaunchError, service
+from packcfg.launch.backends.slurm import SlurmBackend
+from packcfg.launch.bundle import now_utc
+from packcfg.launch.state import JobRecord, JobStore
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "recipes" / "tiny_cpu_sft.yaml"
+
+
+def packcfg(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "packcfg", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+# --- 5. the cluster a job went to ------------------------------------------------------------------
+
+
+def _slurm_problem() -> str | None:
+    from launch.conftest import slurm_problem  # tests/launch/conftest.py: sinfo + scontrol ping
+
+    return slurm_problem()
+
+
+def _require(problem: str | None, what: str) -> None:
+    from launch.conftest import require
+
+    require(problem, what)
+
+
+@pytest.fixture
+def slurm() -> None:
+    _require(_slurm_problem(), "Slurm")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OtherCluster:
+    """A second real Slurm controller on this machine (cluster `pcother`, own ports and state), whose
+    first job gets a chosen id: the same id as a job of the test cluster, as after an id reset or on
+    another cluster of a site. Its one node never comes up, so its jobs stay queued until cancelled."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.conf = root / "slurm.conf"
+        self.pid_file = root / "slurmctld.pid"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def start(self, first_job_id: int) -> None:
+        (self.root / "state").mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(
+            f"""ClusterName=pcother
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+SlurmUser=root
+AuthType=auth/munge
+StateSaveLocation={self.root}/state
+SlurmdSpoolDir={self.root}/spool
+SlurmctldPidFile={self.pid_file}
+SlurmctldLogFile={self.root}/slurmctld.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=100
+MinJobAge=600
+MessageTimeout=5
+FirstJobId={first_job_id}
+NodeName=ghostnode NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=ghostnode Default=YES MaxTime=INFINITE State=UP
+"""
+        )
+        subprocess.run(["/usr/sbin/slurmctld", "-i"], env=self.env(), check=True, timeout=30)
+        for _ in range(100):
+            ping = subprocess.run(["scontrol", "ping"], env=self.env(), capture_output=True, text=True)
+            if "UP" in ping.stdout:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the second slurmctld did not come up: {ping.stdout} {ping.stderr}")
+
+    def sbatch(self, script: Path) -> str:
+        out = subprocess.run(
+            ["sbatch", "--parsable", script.name],
+            cwd=script.parent,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+
+    def stop(self) -> None:
+        try:
+            pid = int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            return
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def other_cluster(tmp_path: Path, slurm: None) -> Iterator[OtherCluster]:
+    problem = None
+    if os.geteuid() != 0:
+        problem = "a second slurmctld needs root"
+    elif not Path("/usr/sbin/slurmctld").is_file():
+        problem = "slurmctld is not installed (.ci/slurm-up.sh installs it)"
+    _require(problem, "a second Slurm controller")
+    cluster = OtherCluster(tmp_path / "pcother")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def probe_script(folder: Path, name: str, seconds: int = 600) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "logs").mkdir(exist_ok=True)
+    script = folder / "sbatch.sh"
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH --job-name={name}\n#SBATCH --output=logs/train-%j.out\n"
+        f"#SBATCH --time=15\nsleep {seconds}\n"
+    )
+    return script
+
+
+def submit_probe(tmp_path: Path, name: str, env: dict[str, str] | None = None) -> tuple[JobStore, JobRecord]:
+    """A real sbatch job through the Slurm backend (a sleeping script in place of a bundle's sbatch.sh),
+    recorded as `packcfg launch` records it."""
+    bundle = tmp_path / f"bundle-{name}"
+    probe_script(bundle, name)
+    store = JobStore(tmp_path / "state")
+    record = JobRecord(
+        id=f"{name}-20261126T000000-0000",
+        backend="slurm",
+        config_hash="0" * 64,
+        bundle_dir=str(bundle.resolve()),
+        recipe=name,
+        created_at=now_utc(),
+    )
+    saved = dict(os.environ)
+    try:
+        os.environ.update(env or {})
+        SlurmBackend().submit(bundle.resolve(), SimpleNamespace(packed_data=None), record)  # type: ignore[arg-type]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    store.save(record)
+    return store, record
+
+
+def squeue_state(job_id: str, env: dict[str, str] | None = None, settle: bool = False) -> str:
+    """The job's state as squeue shows it; with `settle`, once it is past COMPLETING (up to 30 s)."""
+    for _ in range(300):
+        out = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True, env=env
+        )
+        state = out.stdout.strip()
+        if not settle or state != "COMPLETING":
+            return state
+        time.sleep(0.1)
+    return state
+
+
+def status_json(store: JobStore, job: str, env: dict[str, str] | None = None) -> tuple[dict, str]:
+    out = packcfg("status", job, "--json", "--state-dir", str(store.root), env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    return json.loads(out.stdout), out.stderr
+
+
+def test_record_keeps_the_cluster_and_never_moves_on_another_clusters_answer(
+    tmp_path: Path, other_cluster: OtherCluster
+) -> None:
+    store, record = submit_probe(tmp_path, "pcprobe")
+    job_id = record.native_id
+    assert job_id and job_id.isdigit()
+    try:
+        # The record names the cluster and the SLURM_CONF in force at submission.
+        assert record.cluster == "packcfg" and record.slurm_conf and Path(record.slurm_conf).is_file()
+        assert record.cluster_flag is False and record.submitted_at
+        # The other cluster: its own job of the same id, in another folder, cancelled (a final state).
+        other_cluster.start(int(job_id))
+        theirs = other_cluster.sbatch(probe_script(tmp_path / "elsewhere", "pcprobe"))
+        assert theirs == job_id
+        subprocess.run(["scancel", theirs], env=other_cluster.env(), check=True)
+        assert squeue_state(theirs, other_cluster.env(), settle=True) == "CANCELLED"
+        assert squeue_state(job_id) in ("PENDING", "RUNNING")  # ours, on the test cluster
+
+        # A shell whose SLURM_CONF names the other cluster: status asks the record's cluster.
+        data, err = status_json(store, record.id, other_cluster.env())
+        assert data["status"] in ("PENDING", "RUNNING"), (data, err)
+        assert data["cluster"] == "packcfg"
+
+        # An old record (no cluster kept) asks the cluster of the environment, as before; the answer is
+        # about another job of that id (another work dir): not taken.
+        old = json.loads(store.path(record.id).read_text())
+        for key in ("cluster", "slurm_conf", "cluster_flag", "submitted_at"):
+            old.pop(key)
+        old["status"], old["native_state"] = "RUNNING", "RUNNING"
+        store.path(record.id).write_text(json.dumps(old))
+        data, err = status_json(store, record.id, other_cluster.env())
+        assert data["status"] == "RUNNING", (data, err)
+        assert data["native_state"].startswith("unknown: cluster mismatch (job ")
+        assert "runs in" in data["native_state"] and str(tmp_path / "elsewhere") in data["native_state"]
+        assert err.count("\n") == 1 and "unknown: cluster mismatch" in err and "kept RUNNING" in err
+        # Without -json the one line is on stderr as well; the record is unchanged by it.
+        out = packcfg("status", "--state-dir", str(store.root), env=other_cluster.env())
+        assert out.returncode == 0 and "RUNNING" in out.stdout and "unknown: cluster mismatch" in out.stderr
+
+        # The recorded SLURM_CONF now reaches another cluster: never asked about the job, state kept.
+        rec = store.load(record.id).to_dict()
+        rec.update(cluster="packcfg", slurm_conf=str(other_cluster.conf), status="RUNNING")
+        store.path(record.id).write_text(json.dumps(rec))
+        data, err = status_json(store, record.id)
+        assert data["status"] == "RUNNING"
+        assert data["native_state"] == (
+            f"unknown: cluster mismatch ({other_cluster.conf} now reaches cluster pcother; "
+            "the job went to packcfg)"
+        )
+        # cancel refuses rather than scancel another cluster's job of the same id; logs -f stops.
+        out = packcfg("cancel", record.id, "--state-dir", str(store.root))
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert "not cancelled: unknown: cluster mismatch" in out.stderr
+        out = packcfg("logs", record.id, "-f", "--state-dir", str(store.root), timeout=60)
+        assert (
+            out.returncode == 2
+            and "unknown: cluster mismatch" in out.stderr
+            and "Traceback" not in out.stderr
+        )
+        assert squeue_state(job_id) in ("PENDING", "RUNNING")  # nothing was cancelled
+
+        # The record's own cluster again: status and cancel ask it, from any shell.
+        rec.update(slurm_conf=record.slurm_conf)
+        store.path(record.id).write_text(json.dumps(rec))
+        out = packcfg("cancel", record.id, "--state-dir", str(store.root), env=other_cluster.env())
+        assert out.returncode == 0 and out.stdout.strip().endswith("CANCELLED"), out.stderr
+        assert squeue_state(job_id, settle=True) == "CANCELLED"
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def test_a_reused_job_id_on_the_same_cluster_is_not_the_recorded_job(tmp_path: Path, slurm: None) -> None:
+    """Same cluster, same id, same name and folder, but submitted long before or after packcfg's sbatch
+    (a reset id counter): another job."""
+    store, record = submit_probe(tmp_path, "pcreuse")
+    try:
+        rec = store.load(record.id).to_dict()
+        rec["submitted_at"] = "2020-01-01T00:00:00Z"
+        store.path(record.id).write_text(json.dumps(rec))
+        data, err = status_json(store, record.id)
+        assert data["status"] == "PENDING" and data["native_state"].startswith("unknown: cluster mismatch")
+        assert "submitted at" in data["native_state"], data
+        out = packcfg("cancel", record.id, "--state-dir", str(store.root))
+        assert out.returncode == 2 and squeue_state(record.native_id) in ("PENDING", "RUNNING")
+    finally:
+        subprocess.run(["scancel", record.native_id], capture_output=True)
+
+
+def test_sbatch_sent_with_clusters_is_asked_with_minus_m(tmp_path: Path, slurm: None) -> None:
+    """SBATCH_CLUSTERS (sbatch -M) routes through accounting: sbatch prints `id;cluster`, and every
+    later command for the job passes -M that cluster."""
+    if (
+        shutil.which("sacctmgr") is None
+        or "packcfg"
+        not in subprocess.run(
+            ["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], capture_output=True, text=True
+        ).stdout.split()
+    ):
+        _require("no accounting (slurmdbd) for -M", "Slurm accounting")
+    store, record = submit_probe(tmp_path, "pcflag", env={"SBATCH_CLUSTERS": "packcfg"})
+    try:
+        assert (record.cluster, record.cluster_flag) == ("packcfg", True)
+        out = packcfg("status", record.id, "--state-dir", str(store.root))
+        assert out.returncode == 0 and "cluster         packcfg (-M)" in out.stdout, out.stdout + out.stderr
+        assert "mismatch" not in out.stdout + out.stderr
+        out = packcfg("cancel", record.id, "--state-dir", str(store.root))
+        assert out.returncode == 0 and squeue_state(record.native_id, settle=True) == "CANCELLED"
+    finally:
+        subprocess.run(["scancel", record.native_id], capture_output=True)
+
+
+def test_unreachable_cluster_keeps_the_state(tmp_path: Path, slurm: None) -> None:
+    """The recorded SLURM_CONF reaches no controller: one line, state not refreshed, record unchanged."""
+    store, record = submit_probe(tmp_path, "pcgone")
+    try:
+        dead = tmp_path / "dead.conf"
+        text = Path(record.slurm_conf).read_text()
+        port = _free_port()
+        dead.write_text(text + f"SlurmctldPort={port}\nMessageTimeout=1\n")
+        rec = store.load(record.id).to_dict()
+        rec.update(slurm_conf=str(dead), status="RUNNING")
+        store.path(record.id).write_text(json.dumps(rec))
+        before = store.path(record.id).read_text()
+        out = packcfg("status", "--state-dir", str(store.root), timeout=120)
+        assert out.returncode == 0 and "RUNNING" in out.stdout
+        assert (
+            f"{record.id}: state not refreshed (cluster packcfg (SLURM_CONF={dead}) does not answer"
+            in out.stderr
+        )
+        assert store.path(record.id).read_text() == before
+    finally:
+        subprocess.run(["scancel", record.native_id], capture_output=True)
+
+
+def test_old_records_without_a_cluster_still_load_and_bad_cluster_fields_are_one_line(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    store.jobs_dir.mkdir(parents=True)
+    old = {"id": "old-1", "backend": "slurm", "config_hash": "ab", "bundle_dir": "/x", "status": "COMPLETED"}
+    store.path("old-1").write_text(json.dumps(old))
+    record = store.load("old-1")
+    assert (record.cluster, record.slurm_conf, record.cluster_flag) == (None, None, False)
+    bad = {**old, "id": "bad-1", "cluster_flag": "yes"}
+    store.path("bad-1").write_text(json.dumps(bad))
+    out = packcfg("status", "--state-dir", str(tmp_path))
+    assert out.returncode == 0 and "old-1" in out.stdout
+    assert (
+        "bad-1.json: unreadable job record (field 'cluster_flag' is not true or false); skipped" in out.stderr
+    )
+    out = packcfg("status", "old-1", "--state-dir", str(tmp_path))
+    assert "cluster" not in out.stdout  # a record from before packcfg kept it: nothing invented
