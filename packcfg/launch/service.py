@@ -296,6 +296,10 @@ def launch(
     )
     store = JobStore(state_dir)
     be = _backend(bundle.spec.backend, executor)
+    if not dry_run and (
+        bundle.spec.backend == "local" or (bundle.spec.backend == "nemo-run" and executor == "local")
+    ):
+        check_runs_here(bundle)
     if dry_run:
         target = bundle_dir.expanduser().resolve() if bundle_dir else Path("<bundle>")
         if bundle_dir:
@@ -313,6 +317,19 @@ def launch(
         warn=warn,
     )
     return LaunchResult(record, bundle, gate, be.plan(Path(record.bundle_dir), bundle))
+
+
+def check_runs_here(bundle: JobBundle) -> None:
+    """A job that runs on this machine (the local backend, NeMo-Run's LocalExecutor) is refused before
+    anything is recorded or started when this installation, or the `python3`/`torchrun` the job script
+    runs, lacks what the job imports: one line naming each module and the install command."""
+    from packcfg.launch import jobenv
+    from packcfg.launch.bundle import packed_data_path
+
+    reqs = jobenv.requirements(bundle.config, bundle.spec, packed_data_path(bundle.config))
+    problem = jobenv.check_local(reqs)
+    if problem:
+        raise LaunchError(f"--backend {bundle.spec.backend}: cannot run this job here: {problem}")
 
 
 def submit(

@@ -76,8 +76,9 @@ def test_env_values_are_literal(index: int, tmp_path: Path, marker: Path, harnes
         result = h.run(directory / script, env=env)
         assert result.returncode == 0, result.stderr
         launched = [c for c in h.calls() if c["prog"] == prog]
-        # sbatch.sh: data prep (the packed file is missing), then training.
-        assert len(launched) == (2 if script == "sbatch.sh" else 1)
+        # sbatch.sh: the Python check, data prep (the packed file is missing), then training;
+        # pack.sbatch.sh: the Python check, then packing.
+        assert len(launched) == {"sbatch.sh": 3, "pack.sbatch.sh": 2}.get(script, 1)
         assert all(c["env"]["USER_NOTE"] == payload for c in launched)  # arrived literally, unevaluated
         assert not marker.exists()
     py_compile.compile(str(directory / "nemo_run_driver.py"), doraise=True)
@@ -93,7 +94,8 @@ def test_packed_data_path_is_quoted(index: int, tmp_path: Path, marker: Path, ha
     h = harness()
     result = h.run(directory / "torchrun.sh")
     assert result.returncode == 0, result.stderr
-    assert [c["prog"] for c in h.calls()] == ["python3", "torchrun"]  # the file is missing: pack first
+    # the Python check, then (the file is missing) pack, then train
+    assert [c["prog"] for c in h.calls()] == ["python3", "python3", "torchrun"]
 
 
 @pytest.mark.parametrize("index", range(len(payloads(Path("/m"))) - 1))  # a folder name has no NUL/`/`
