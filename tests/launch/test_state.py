@@ -134,8 +134,9 @@ def test_sbatch_submits_pack_first_then_train_with_dependency(tmp_path: Path, mo
     monkeypatch.setattr(
         slurm_backend,
         "_run",
-        lambda cmd, cwd=None, timeout=60, env=None: fake.calls.append((list(cmd), cwd))
-        or done(config if cmd[0] == "scontrol" else next(ids) + "\n"),
+        lambda cmd, cwd=None, timeout=60, env=None: (
+            fake.calls.append((list(cmd), cwd)) or done(config if cmd[0] == "scontrol" else next(ids) + "\n")
+        ),
     )
     monkeypatch.delenv("SLURM_CONF", raising=False)
     r = record("j")

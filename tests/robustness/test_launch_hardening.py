@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from packcfg.launch import LaunchError, service
+from packcfg.launch import service
 from packcfg.launch.backends.slurm import SlurmBackend
 from packcfg.launch.bundle import now_utc
 from packcfg.launch.state import JobRecord, JobStore
@@ -374,3 +374,252 @@ def test_old_records_without_a_cluster_still_load_and_bad_cluster_fields_are_one
     )
     out = packcfg("status", "old-1", "--state-dir", str(tmp_path))
     assert "cluster" not in out.stdout  # a record from before packcfg kept it: nothing invented
+
+
+# --- 6. the job's Python is checked first ---------------------------------------------------------
+
+
+def hide_modules(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """An environment whose Python cannot import `modules` (a sitecustomize that blocks them, as if they
+    were not installed); the job script puts its own lib/ before this PYTHONPATH."""
+    folder = tmp_path / "hide"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
+    )
+    return {"PYTHONPATH": str(folder)}
+
+
+def only_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_torchrun_script_without_numpy_fails_with_one_line(tmp_path: Path) -> None:
+    """Old: a 35-line traceback from the data prep. Now the script's first step names what is missing."""
+    directory, bundle, _ = service.render([TINY], tmp_path / "b")
+    env = {**os.environ, **hide_modules(tmp_path, "numpy")}
+    proc = subprocess.run(
+        ["bash", str(directory / "torchrun.sh")], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 2
+    line = only_line(proc.stdout + proc.stderr)
+    assert line.startswith("packcfg: this job's Python (") and line.endswith(
+        " lacks numpy: pip install 'packcfg[train]'"
+    ), line
+    assert not (directory / bundle.packed_data).exists() and not (directory / "output").exists()
+
+
+def test_every_missing_module_is_named_with_its_install_command(tmp_path: Path) -> None:
+    config = yaml.safe_load(TINY.read_text())
+    config["logger"]["tensorboard_dir"] = "tb"
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    directory, _, _ = service.render([path], tmp_path / "b")
+    env = {**os.environ, **hide_modules(tmp_path, "numpy", "torch", "tensorboard")}
+    proc = subprocess.run(
+        ["bash", str(directory / "torchrun.sh")], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 2
+    line = only_line(proc.stdout + proc.stderr)
+    assert line.endswith(
+        "lacks numpy, torch (pip install 'packcfg[train]'); tensorboard (pip install 'packcfg[tensorboard]')"
+    ), line
+
+
+def test_sbatch_job_without_numpy_fails_with_one_line(tmp_path: Path, slurm: None) -> None:
+    """A real Slurm job of a rendered bundle, in an environment without numpy: its log is one line."""
+    directory, _, _ = service.render([TINY], tmp_path / "b", backend="slurm")
+    env = {**os.environ, **hide_modules(tmp_path, "numpy")}
+    out = subprocess.run(
+        ["sbatch", "--parsable", "sbatch.sh"],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    job_id = out.stdout.strip().split(";")[0]
+    try:
+        for _ in range(600):
+            if squeue_state(job_id) in ("FAILED", "COMPLETED", "CANCELLED", ""):
+                break
+            time.sleep(0.2)
+        assert squeue_state(job_id) in ("FAILED", ""), squeue_state(job_id)
+        log = (directory / "logs" / f"train-{job_id}.out").read_text()
+        line = only_line(log)
+        assert line.startswith("packcfg: this job's Python (") and line.endswith(
+            "lacks numpy: pip install 'packcfg[train]'"
+        ), log
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+
+
+@pytest.mark.parametrize("engine", ["packcfg", "bridge"])
+def test_every_rendered_script_checks_its_python_before_anything(tmp_path: Path, engine: str) -> None:
+    overrides = (
+        []
+        if engine == "packcfg"
+        else ["launch.engine=bridge", "+launch.bridge={recipe: llama32_1b_sft_config}"]
+    )
+    directory, _, _ = service.render([TINY], tmp_path / "b", overrides, backend="nemo-run")
+    check = "python3 -m packcfg.launch.jobenv "
+    for name in ("torchrun.sh", "sbatch.sh", "pack.sbatch.sh"):
+        lines = [x.strip() for x in (directory / name).read_text().splitlines()]
+        first = next(i for i, x in enumerate(lines) if x.startswith(check))
+        runs = [
+            i
+            for i, x in enumerate(lines)
+            if x.startswith(("python3 -m packcfg ", "torchrun", "exec torchrun"))
+        ]
+        assert runs and first < min(runs), name
+    driver = (directory / "nemo_run_driver.py").read_text()
+    if engine == "bridge":
+        # NeMo-Run's data-prep task checks first (Bridge's training task runs on the same executor),
+        # for Megatron Bridge too when Bridge's own script runs.
+        steps = driver[driver.index("PREP_STEPS = (") :]
+        assert steps.index(check) < steps.index("python3 -m packcfg pack")
+        assert "megatron-bridge==0.3.1:torch,megatron.core,megatron.bridge" in steps
+    else:
+        assert 'run.Script(path=str(BUNDLE / "torchrun.sh")' in driver  # the task is torchrun.sh
+
+
+def test_local_launch_refuses_up_front_without_the_train_extra(tmp_path: Path) -> None:
+    """Old: submitted a job that failed at once. Now: one line, exit 2, nothing recorded or started."""
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['megatron.core'] = None\n"
+        "from packcfg.cli import main\n"
+        f"sys.exit(main(['launch', {str(TINY)!r}, '--backend', 'local', '--state-dir', {str(tmp_path / 's')!r}]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and proc.stdout == ""
+    line = only_line(proc.stderr)
+    assert (
+        line.startswith("packcfg: --backend local: cannot run this job here: this installation (")
+        and "lacks torch, megatron.core: pip install 'packcfg[train]'" in line
+    ), line
+    assert not (tmp_path / "s").exists()
+
+
+def test_local_launch_refuses_when_the_jobs_python3_lacks_modules(tmp_path: Path) -> None:
+    """The job runs the `python3` on PATH: a different interpreter without packcfg's dependencies is
+    checked as the job would check it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "python3"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # no site-packages
+    wrapper.chmod(0o755)
+    torchrun = shutil.which("torchrun")
+    if torchrun:
+        (bin_dir / "torchrun").symlink_to(torchrun)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    out = packcfg("launch", str(TINY), "--backend", "local", "--state-dir", str(tmp_path / "s"), env=env)
+    assert out.returncode == 2
+    line = only_line(out.stderr)
+    assert line.startswith("packcfg: --backend local: cannot run this job here: this job's Python (")
+    assert (
+        "lacks yaml, ruamel.yaml, pydantic, jinja2, numpy, torch" in line
+        and "pip install 'packcfg[train]'" in line
+    )
+    assert not (tmp_path / "s").exists()
+
+
+def test_jobenv_bad_arguments_are_one_line() -> None:
+    from packcfg.launch import jobenv
+
+    assert jobenv.main(["packcfg[train]:numpy"]) == 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "packcfg.launch.jobenv", "nocolon"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 2 and only_line(proc.stderr) == (
+        "packcfg: jobenv: expected INSTALL:MODULE[,MODULE...], got 'nocolon'"
+    )
+
+
+# --- 7. provenance: every value located where it was set ------------------------------------------
+
+
+def exp_without_launch(tmp_path: Path, **model: object) -> Path:
+    config = yaml.safe_load(TINY.read_text())
+    del config["launch"]
+    config["model"].update(model)
+    config["dataset"]["offline_packing_specs"]["pad_seq_to_mult"] = 8  # CP and TP up to 2 (CP203)
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return path.read_text().splitlines().index(text) + 1
+
+
+def world_line(*args: str, state: Path) -> str:
+    out = packcfg("launch", *args, "--backend", "slurm", "--dry-run", "--state-dir", str(state))
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    return only_line(out.stderr)
+
+
+def test_world_size_line_locates_each_value_where_it_was_set(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    # Old: "CP 2 (default)" for a CP the file sets (the check looked up context_model_parallel_size).
+    exp = exp_without_launch(tmp_path, tensor_model_parallel_size=2, context_parallel_size=2)
+    line = world_line(str(exp), state=state)
+    tp, cp = line_of(exp, "  tensor_model_parallel_size: 2"), line_of(exp, "  context_parallel_size: 2")
+    assert f"TP 2 ({exp}:{tp}:3), CP 2 ({exp}:{cp}:3)" in line, line
+    assert "launch.nodes 1 (not set: default) x launch.gpus_per_node 1 (not set: default)" in line
+    assert "(default)" not in line
+    # A -c file.
+    plain = exp_without_launch(tmp_path)
+    extra = tmp_path / "cluster.yaml"
+    extra.write_text("model:\n  context_parallel_size: 2\n")
+    line = world_line(str(plain), "-c", str(extra), state=state)
+    assert f"CP 2 ({extra}:2:3)" in line, line
+    # Overrides on the command line: positional and -o.
+    line = world_line(str(plain), "model.pipeline_model_parallel_size=2", state=state)
+    assert "PP 2 (command line: model.pipeline_model_parallel_size=2)" in line, line
+    line = world_line(str(plain), "-o", "model.tensor_model_parallel_size=2", state=state)
+    assert "TP 2 (command line: model.tensor_model_parallel_size=2)" in line, line
+    # The base recipe's own values: located in its snapshot; the file's own value in the file.
+    based = tmp_path / "based.yaml"
+    based.write_text(
+        "recipe:\n  name: b70\n  base: llama31_70b_sft_config\nmodel:\n  pipeline_model_parallel_size: 2\n"
+    )
+    line = world_line(str(based), state=state)
+    assert "TP 8 (<bridge recipe llama31_70b_sft_config>:" in line, line
+    assert f"PP 2 ({based}:5:3)" in line, line
+
+
+def test_lint_locates_each_value_where_it_was_set(tmp_path: Path) -> None:
+    from packcfg.lint.engine import lint_config
+
+    def located(files: list[str], overrides: list[str] = ()) -> list[tuple[str, str, int, int]]:
+        return [
+            (d.code, d.file, d.line, d.column)
+            for d in lint_config(files, list(overrides))
+            if d.code in ("PL601", "PL602", "PK110")
+        ]
+
+    config = yaml.safe_load(TINY.read_text())
+    bad = copy.deepcopy(config)
+    bad["train"]["global_batch_size"] = 9
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(bad, sort_keys=False))
+    assert located([str(path)]) == [("PL602", str(path), line_of(path, "  global_batch_size: 9"), 3)]
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    extra = tmp_path / "c.yaml"
+    extra.write_text("train:\n  micro_batch_size: 2\n")
+    assert located([str(path), str(extra)]) == [("PK110", str(extra), 2, 3)]
+    assert located([str(path)], ["train.global_batch_size=9"]) == [
+        ("PL602", "<-o train.global_batch_size=9>", 1, 1)
+    ]
+    # A value nobody set (gpus_per_node: default 1) is reported at the section the user wrote.
+    no_gpn = copy.deepcopy(config)
+    del no_gpn["launch"]["gpus_per_node"]
+    no_gpn["model"]["tensor_model_parallel_size"] = 2
+    path.write_text(yaml.safe_dump(no_gpn, sort_keys=False))
+    assert located([str(path)]) == [("PL601", str(path), line_of(path, "launch:"), 1)]
+    # The CLI prints the same places, positional overrides included.
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    out = packcfg("lint", str(path), "train.global_batch_size=9")
+    assert out.returncode == 1 and "<-o train.global_batch_size=9>:1:1" in out.stdout, out.stdout
