@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from packcfg.launch import service
+from packcfg.launch import LaunchError, service
 from packcfg.launch.backends.slurm import SlurmBackend
 from packcfg.launch.bundle import now_utc
 from packcfg.launch.state import JobRecord, JobStore
@@ -374,6 +374,64 @@ def test_old_records_without_a_cluster_still_load_and_bad_cluster_fields_are_one
     )
     out = packcfg("status", "old-1", "--state-dir", str(tmp_path))
     assert "cluster" not in out.stdout  # a record from before packcfg kept it: nothing invented
+
+
+def test_answers_are_parsed_whatever_the_work_dir_holds(monkeypatch) -> None:
+    """Work dirs with spaces (scontrol's one-line format) or `|` (squeue/sacct's separator) are read whole,
+    so a job in such a bundle is recognised as itself, and another folder is still another job."""
+    from packcfg.launch.backends import slurm as backend
+
+    odd = "/data/my bundle|x"
+    answers = {
+        "squeue": subprocess.CompletedProcess([], 0, f"RUNNING|exp|2026-11-26T05:00:00|{odd}\n", ""),
+        "scontrol": subprocess.CompletedProcess(
+            [],
+            0,
+            f"JobId=5 JobName=exp JobState=TIMEOUT SubmitTime=2026-11-26T05:00:00 WorkDir={odd} StdErr=x\n",
+            "",
+        ),
+        "sacct": subprocess.CompletedProcess([], 1, "", "no accounting"),
+    }
+    monkeypatch.setattr(backend, "_run", lambda cmd, cwd=None, timeout=60, env=None: answers[cmd[0]])
+    answer = backend.job_answer("5")
+    assert (answer.state, answer.name, answer.work_dir) == ("RUNNING", "exp", odd)
+    answers["squeue"] = subprocess.CompletedProcess([], 0, "", "")
+    answer = backend.job_answer("5")
+    assert (answer.state, answer.name, answer.work_dir, answer.source) == ("TIMEOUT", "exp", odd, "scontrol")
+    record = JobRecord(id="j", backend="slurm", config_hash="0", bundle_dir=odd, recipe="exp", native_id="5")
+    target = backend.Cluster()
+    assert backend.answer_mismatch(record, answer, "5", "exp", target) is None
+    record.bundle_dir = "/data/my bundle"
+    assert "runs in /data/my bundle|x" in backend.answer_mismatch(record, answer, "5", "exp", target)
+    # the data-prep job is `<job name>-pack`
+    assert backend._job_names(
+        JobRecord(
+            id="j",
+            backend="slurm",
+            config_hash="0",
+            bundle_dir="/b",
+            recipe="exp",
+            native_id="5",
+            pack_native_id="4",
+        )
+    ) == {"5": "exp", "4": "exp-pack"}
+
+
+def test_a_controller_that_does_not_answer_is_never_read_as_the_job_gone(monkeypatch) -> None:
+    from packcfg.launch.backends import slurm as backend
+
+    down = subprocess.CompletedProcess(
+        [], 1, "", "slurm_load_jobs error: Unable to contact slurm controller\n"
+    )
+    monkeypatch.setattr(backend, "_run", lambda cmd, cwd=None, timeout=60, env=None: down)
+    record = JobRecord(
+        id="j", backend="slurm", config_hash="0", bundle_dir="/b", native_id="5", status="RUNNING"
+    )
+    with pytest.raises(
+        LaunchError, match="^squeue -j 5 on cluster [?] .*Unable to contact slurm controller$"
+    ):
+        SlurmBackend().refresh(record)
+    assert record.status == "RUNNING"
 
 
 # --- 6. the job's Python is checked first ---------------------------------------------------------

@@ -183,10 +183,10 @@ def job_answer(job_id: str, target: Cluster = Cluster()) -> JobAnswer:
     (accounting), then scontrol; state `UNKNOWN` when none knows it. LaunchError when the controller
     does not answer (a non-answer is never read as "the job is gone")."""
     out = target.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T|%j|%V|%Z")
-    if out.returncode == 0 and out.stdout.strip():
-        line = next(x for x in out.stdout.splitlines() if x.strip() and not x.startswith("CLUSTER:"))
-        state, name, submit, work_dir = _fields(line, 4)
-        if normalise(state) not in (COMPLETED, FAILED, CANCELLED):
+    lines = [x for x in out.stdout.splitlines() if x.strip() and not x.startswith("CLUSTER:")]
+    if out.returncode == 0 and lines:  # (-M prints a `CLUSTER: name` heading on some versions)
+        state, name, submit, work_dir = _fields(lines[0], 4)
+        if state and normalise(state) not in (COMPLETED, FAILED, CANCELLED):
             return JobAnswer(state, None, name, work_dir, submit, source="squeue")
     elif out.returncode != 0 and "invalid job id" not in (out.stderr + out.stdout).lower():
         raise LaunchError(f"squeue -j {job_id} on {target.where()}: {_last_line(out)}")
