@@ -35,6 +35,7 @@ TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
 # the record keeps its status.
 CLUSTER_MISMATCH = "unknown: cluster mismatch"
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 
 @dataclass
@@ -97,6 +98,12 @@ class JobRecord:
                 raise ValueError(f"field {key!r} is not a string")
         if not isinstance(fields.get("cluster_flag", False), bool):
             raise ValueError("field 'cluster_flag' is not true or false")
+        # Passed to Slurm's commands (`-M NAME`, SLURM_CONF=FILE): a plain name and an absolute path.
+        if fields.get("cluster") is not None and not _CLUSTER.match(fields["cluster"]):
+            raise ValueError(f"cluster {fields['cluster']!r} is not a Slurm cluster name")
+        conf = fields.get("slurm_conf")
+        if conf is not None and (not conf.startswith("/") or not conf.isprintable()):
+            raise ValueError(f"slurm_conf {conf!r} is not an absolute file path")
         code = fields.get("exit_code")
         if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
             raise ValueError("field 'exit_code' is not an integer")

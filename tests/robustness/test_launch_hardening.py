@@ -374,6 +374,17 @@ def test_old_records_without_a_cluster_still_load_and_bad_cluster_fields_are_one
     )
     out = packcfg("status", "old-1", "--state-dir", str(tmp_path))
     assert "cluster" not in out.stdout  # a record from before packcfg kept it: nothing invented
+    # What reaches Slurm's commands from a record is checked when it is read: never a traceback.
+    for key, value, why in (
+        ("cluster", "-x evil", "is not a Slurm cluster name"),
+        ("slurm_conf", "relative.conf", "is not an absolute file path"),
+        ("slurm_conf", "/etc/slurm/slurm.conf\u0000x", "is not an absolute file path"),
+    ):
+        store.path("bad-1").write_text(json.dumps({**old, "id": "bad-1", key: value}))
+        out = packcfg("status", "bad-1", "--state-dir", str(tmp_path))
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert only_line(out.stderr).startswith(f"packcfg: {store.path('bad-1')}: unreadable job record (")
+        assert why in out.stderr
 
 
 def test_answers_are_parsed_whatever_the_work_dir_holds(monkeypatch) -> None:
