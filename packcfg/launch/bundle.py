@@ -502,6 +502,8 @@ def render_bundle(
     derived = derived_mounts(config, spec)
     mounts = [*spec.mounts, *derived]
     chdir = str(directory) if directory is not None else None
+    from packcfg.launch import jobenv
+
     context = {
         "version": __version__,
         "config_hash": digest,
@@ -523,6 +525,9 @@ def render_bundle(
         "bridge_script": bridge_args[0] if bridge_args else None,
         "bridge_script_args": bridge_args[1:] if bridge_args else None,
         "bridge_env": {v.name: v.value for v in spec.env if v.value is not None},
+        # Each script's first step: the job's Python imports what it needs, else one line and exit 2.
+        "env_check": jobenv.command(jobenv.requirements(config, spec, packed)),
+        "env_check_pack": jobenv.command(jobenv.requirements(config, spec, packed, job="pack")),
     }
     files: dict[str, bytes] = {}
     files["config.yaml"] = yaml.safe_dump(config, sort_keys=False, allow_unicode=True).encode("utf-8")

@@ -95,14 +95,16 @@ def _load(files: Sequence[str | Path], overrides: Sequence[str]) -> Any:
 
 
 def _where(located: Any, path: Sequence[str]) -> str:
-    """`file:line:col` of the setting at `path` (an override shows as `-o KEY=VALUE`)."""
+    """Where the setting at `path` was made: `file:line:col` (a config file, or a base recipe's snapshot
+    `<bridge recipe NAME>:line:col`), or `command line: KEY=VALUE` for an override (`-o`, `--set` or a
+    positional `KEY=VALUE`); "" when nothing set it (a default)."""
     from packcfg.core.config import OVERRIDE_PREFIX, is_override_source
 
     pos = located.sources.exact(tuple(path))
     if pos is None:
         return ""
     if is_override_source(pos.file):
-        return f"-o {pos.file[len(OVERRIDE_PREFIX) : -1]}"
+        return f"command line: {pos.file[len(OVERRIDE_PREFIX) : -1]}"
     return f"{pos.file}:{pos.line}:{pos.column}"
 
 
@@ -133,19 +135,42 @@ def check_secrets(located: Any) -> None:
     )
 
 
+# The model-parallel sizes the world size must divide, as (label, key under `model`).
+PARALLEL_SIZES = (
+    ("TP", "tensor_model_parallel_size"),
+    ("PP", "pipeline_model_parallel_size"),
+    ("CP", "context_parallel_size"),
+)
+
+
+def _model_setting(config: Mapping[str, Any], key: str) -> tuple[Any, tuple[str, ...]]:
+    """`model.<key>` and the path it was read at: a Bridge dump nests the transformer's fields under
+    `model.transformer` (packcfg.core.normalize.read_dump), where lint reads them too."""
+    from packcfg.core.config import get_path
+
+    for path in (("model", key), ("model", "transformer", key)):
+        value = get_path(config, path)
+        if value is not None:
+            return value, path
+    return None, ("model", key)
+
+
 def check_world_size(located: Any, config: Mapping[str, Any], spec: Any, backend: str | None) -> None:
     """The job's world size is what the bundle asks for: `launch.nodes` x `launch.gpus_per_node` (each 1
     when the config does not set it; on CPU, gpus_per_node counts processes). It must be divisible by
     TP*PP*CP. Plain lint checks this as PL601 when the config has a `launch` section; this covers the
     job a backend flag (or the launch defaults) makes of a config without one, and says where each
-    number came from, so the message never points at a line the user did not write."""
-    from packcfg.core.config import get_path
-
-    sizes = []
-    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        value = get_path(config, ("model", key), 1)
-        sizes.append(value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1)
-    mp = sizes[0] * sizes[1] * sizes[2]
+    number came from (the file and line, the override, the base recipe), so the message never points
+    at a line the user did not write and never calls a value the user set a default."""
+    sizes: list[tuple[str, int, str]] = []  # (label, value, where it was set)
+    for label, key in PARALLEL_SIZES:
+        value, path = _model_setting(config, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            value = 1
+        sizes.append((label, value, _where(located, path) or "not set: default"))
+    mp = 1
+    for _, value, _ in sizes:
+        mp *= value
     world = spec.nodes * spec.gpus_per_node
     if world % mp == 0:
         return
@@ -154,12 +179,7 @@ def check_world_size(located: Any, config: Mapping[str, Any], spec: Any, backend
         where = _where(located, ("launch", key))
         return f"launch.{key} {value} ({where})" if where else f"launch.{key} {value} (not set: default)"
 
-    names = ("tensor", "pipeline", "context")
-    parts = [
-        f"{n[0].upper()}P {v} ({_where(located, ('model', f'{n}_model_parallel_size')) or 'default'})"
-        for n, v in zip(names, sizes, strict=True)
-        if v > 1
-    ]
+    parts = [f"{label} {value} ({where})" for label, value, where in sizes if value > 1]
     via = f"--backend {backend}" if backend else f"launch.backend {spec.backend}"
     raise LaunchError(
         f"{via}: the job would start {world} process(es): world size = {origin('nodes', spec.nodes)} x "
@@ -276,6 +296,10 @@ def launch(
     )
     store = JobStore(state_dir)
     be = _backend(bundle.spec.backend, executor)
+    if not dry_run and (
+        bundle.spec.backend == "local" or (bundle.spec.backend == "nemo-run" and executor == "local")
+    ):
+        check_runs_here(bundle)
     if dry_run:
         target = bundle_dir.expanduser().resolve() if bundle_dir else Path("<bundle>")
         if bundle_dir:
@@ -293,6 +317,19 @@ def launch(
         warn=warn,
     )
     return LaunchResult(record, bundle, gate, be.plan(Path(record.bundle_dir), bundle))
+
+
+def check_runs_here(bundle: JobBundle) -> None:
+    """A job that runs on this machine (the local backend, NeMo-Run's LocalExecutor) is refused before
+    anything is recorded or started when this installation, or the `python3`/`torchrun` the job script
+    runs, lacks what the job imports: one line naming each module and the install command."""
+    from packcfg.launch import jobenv
+    from packcfg.launch.bundle import packed_data_path
+
+    reqs = jobenv.requirements(bundle.config, bundle.spec, packed_data_path(bundle.config))
+    problem = jobenv.check_local(reqs)
+    if problem:
+        raise LaunchError(f"--backend {bundle.spec.backend}: cannot run this job here: {problem}")
 
 
 def submit(
@@ -507,9 +544,14 @@ def read_logs(record: JobRecord) -> str | None:
 
 def follow(store: JobStore, record: JobRecord, out: TextIO = sys.stdout, interval: float = 1.0) -> JobRecord:
     """Print the job's logs as they grow until the job is finished (`packcfg logs -f`)."""
+    from packcfg.launch.state import CLUSTER_MISMATCH
+
     offsets: dict[Path, int] = {}
     while True:
         refresh(store, record)
+        if (record.native_state or "").startswith(CLUSTER_MISMATCH):
+            # Following would never end: the cluster asked cannot say when this job finishes.
+            raise LaunchError(f"job {record.id}: {record.native_state}; state kept {record.status}")
         done = record.terminal
         for path in log_paths(record):
             if not path.is_file():

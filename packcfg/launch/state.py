@@ -31,7 +31,11 @@ PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, UNKNOWN = (
 )
 STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, UNKNOWN)
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+# The native state of a record whose cluster answered about another job (or was another cluster):
+# the record keeps its status.
+CLUSTER_MISMATCH = "unknown: cluster mismatch"
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 
 
 @dataclass
@@ -52,6 +56,15 @@ class JobRecord:
     submit_command: list[str] = field(default_factory=list)
     allowed: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Where a Slurm job went (slurm, and nemo-run with its Slurm executor): the cluster's name
+    # (`ClusterName`, or the one `sbatch -M`/SBATCH_CLUSTERS named), the SLURM_CONF in force at
+    # submission, and whether every command for the job must pass `-M cluster`. status, logs and cancel
+    # ask that cluster; None in records written before packcfg kept them (they ask the cluster of the
+    # current environment, as before).
+    cluster: str | None = None
+    slurm_conf: str | None = None
+    cluster_flag: bool = False
+    submitted_at: str | None = None  # UTC time of the sbatch (Slurm's SubmitTime must be near it)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,9 +83,27 @@ class JobRecord:
             raise ValueError(f"id {fields['id']!r} is not a job id")
         if fields.get("status", PENDING) not in STATES:
             raise ValueError(f"status {fields.get('status')!r} is not one of {', '.join(STATES)}")
-        for key in ("native_id", "native_state", "pack_native_id", "recipe", "created_at", "updated_at"):
+        for key in (
+            "native_id",
+            "native_state",
+            "pack_native_id",
+            "recipe",
+            "created_at",
+            "updated_at",
+            "cluster",
+            "slurm_conf",
+            "submitted_at",
+        ):
             if fields.get(key) is not None and not isinstance(fields[key], str):
                 raise ValueError(f"field {key!r} is not a string")
+        if not isinstance(fields.get("cluster_flag", False), bool):
+            raise ValueError("field 'cluster_flag' is not true or false")
+        # Passed to Slurm's commands (`-M NAME`, SLURM_CONF=FILE): a plain name and an absolute path.
+        if fields.get("cluster") is not None and not _CLUSTER.match(fields["cluster"]):
+            raise ValueError(f"cluster {fields['cluster']!r} is not a Slurm cluster name")
+        conf = fields.get("slurm_conf")
+        if conf is not None and (not conf.startswith("/") or not conf.isprintable()):
+            raise ValueError(f"slurm_conf {conf!r} is not an absolute file path")
         code = fields.get("exit_code")
         if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
             raise ValueError("field 'exit_code' is not an integer")

@@ -88,6 +88,13 @@ def test_four_node_sbatch_line_by_line(four_node: Path) -> None:
         "rdzv_port=$((20000 + SLURM_JOB_ID % 20000))",
         "mkdir -p output",
         "mkdir -p -- /lustre/ckpt/llama3_8b  # a container mount's source must exist",
+        # every node's Python is checked first, in the container the job runs in
+        'srun --ntasks-per-node=1 --nodes="$SLURM_NNODES" \\',
+        "  --container-image='nvcr.io#nvidia/pytorch:25.01-py3' \\",
+        f"  {mounts} \\",
+        '  --container-workdir="$PWD" \\',
+        "  python3 -m packcfg.launch.jobenv "
+        "'packcfg[train]:yaml,ruamel.yaml,pydantic,jinja2,numpy,torch,megatron.core,pyarrow,tokenizers'",
         "if [ ! -e /data/packed/train.parquet ]; then",
         "  srun --nodes=1 --ntasks=1 \\",
         "    --container-image='nvcr.io#nvidia/pytorch:25.01-py3' \\",
@@ -146,10 +153,13 @@ def test_four_node_runs_one_torchrun_per_node_as_executed(four_node: Path, harne
     assert result.returncode == 0, result.stderr
     calls = h.calls()
     # The packed data (/data/... in the container) is not on this host: data prep runs first.
-    assert [c["prog"] for c in calls] == ["scontrol", "srun", "srun"]
-    assert calls[1]["argv"][:2] == ["--nodes=1", "--ntasks=1"]
-    assert calls[1]["argv"][-5:] == ["python3", "-m", "packcfg", "pack", "config.yaml"]
-    srun = calls[2]
+    assert [c["prog"] for c in calls] == ["scontrol", "srun", "srun", "srun"]
+    # first every node's Python is checked, in the job's container
+    assert calls[1]["argv"][:2] == ["--ntasks-per-node=1", "--nodes=4"]
+    assert calls[1]["argv"][-4:-1] == ["python3", "-m", "packcfg.launch.jobenv"]
+    assert calls[2]["argv"][:2] == ["--nodes=1", "--ntasks=1"]
+    assert calls[2]["argv"][-5:] == ["python3", "-m", "packcfg", "pack", "config.yaml"]
+    srun = calls[3]
     assert srun["cwd"] == str(four_node)
     assert srun["env"]["PYTHONPATH"] == f"{four_node}/lib"
     assert srun["argv"] == [
@@ -182,8 +192,11 @@ def test_torchrun_script_single_node(tmp_path: Path, harness) -> None:
     assert result.returncode == 0, result.stderr
     calls = h.calls()
     # The packed data does not exist in a fresh bundle: the script packs it first.
-    assert [c["prog"] for c in calls] == ["python3", "torchrun"]
-    assert calls[0]["argv"] == ["-m", "packcfg", "pack", "config.yaml"]
+    assert [c["prog"] for c in calls] == ["python3", "python3", "torchrun"]
+    # first this Python is checked for what the job imports (one line and exit 2 when it lacks any)
+    assert calls[0]["argv"][:2] == ["-m", "packcfg.launch.jobenv"]
+    assert calls[1]["argv"] == ["-m", "packcfg", "pack", "config.yaml"]
+    calls = calls[1:]
     assert calls[1]["argv"] == [
         "--standalone",
         "--nnodes=1",
@@ -350,6 +363,8 @@ def test_strict_undefined_is_an_error() -> None:
         "sbatch_chdir": None,
         "lib": "lib",
         "bridge_args": None,
+        "env_check": "true",
+        "env_check_pack": "true",
     }
     for name in ("torchrun.sh.j2", "sbatch.sh.j2", "pack.sbatch.sh.j2", "nemo_run_driver.py.j2"):
         with pytest.raises(UndefinedError, match="config_hash"):

@@ -93,7 +93,8 @@ def test_packed_data_path_is_quoted(index: int, tmp_path: Path, marker: Path, ha
     h = harness()
     result = h.run(directory / "torchrun.sh")
     assert result.returncode == 0, result.stderr
-    assert [c["prog"] for c in h.calls()] == ["python3", "torchrun"]  # the file is missing: pack first
+    # the Python check, then (the file is missing) pack, then train
+    assert [c["prog"] for c in h.calls()] == ["python3", "python3", "torchrun"]
 
 
 @pytest.mark.parametrize("index", range(len(payloads(Path("/m"))) - 1))  # a folder name has no NUL/`/`

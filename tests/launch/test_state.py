@@ -115,7 +115,7 @@ class FakeSlurm:
         self.answers = answers
         self.calls: list[tuple[list[str], Path | None]] = []
 
-    def __call__(self, cmd, cwd=None, timeout=60):  # same signature as slurm._run
+    def __call__(self, cmd, cwd=None, timeout=60, env=None):  # same signature as slurm._run
         self.calls.append((list(cmd), cwd))
         out = self.answers.get(cmd[0])
         return out or subprocess.CompletedProcess(cmd, 0, "", "")
@@ -130,19 +130,26 @@ def test_sbatch_submits_pack_first_then_train_with_dependency(tmp_path: Path, mo
     directory = bundle.write(tmp_path / "b")
     ids = iter(["101", "102;cluster"])
     fake = FakeSlurm({})
+    config = "ClusterName             = alpha\nSLURM_CONF              = /etc/slurm/slurm.conf\n"
     monkeypatch.setattr(
         slurm_backend,
         "_run",
-        lambda cmd, cwd=None, timeout=60: fake.calls.append((list(cmd), cwd)) or done(next(ids) + "\n"),
+        lambda cmd, cwd=None, timeout=60, env=None: (
+            fake.calls.append((list(cmd), cwd)) or done(config if cmd[0] == "scontrol" else next(ids) + "\n")
+        ),
     )
+    monkeypatch.delenv("SLURM_CONF", raising=False)
     r = record("j")
     slurm_backend.SlurmBackend().submit(directory, bundle, r)
     assert [c for c, _ in fake.calls] == [
+        ["scontrol", "show", "config"],  # the cluster the job goes to, recorded first
         ["sbatch", "--parsable", "pack.sbatch.sh"],
         ["sbatch", "--parsable", "--dependency=afterok:101", "sbatch.sh"],
     ]
-    assert all(cwd == directory for _, cwd in fake.calls)
+    assert all(cwd == directory for c, cwd in fake.calls if c[0] == "sbatch")
     assert (r.native_id, r.pack_native_id, r.status) == ("102", "101", "PENDING")
+    # sbatch printed `102;cluster` (sent with -M / SBATCH_CLUSTERS): later commands pass -M cluster
+    assert (r.cluster, r.slurm_conf, r.cluster_flag) == ("cluster", "/etc/slurm/slurm.conf", True)
     assert r.log_paths == [str(directory / "logs/pack-101.out"), str(directory / "logs/train-102.out")]
 
 
@@ -155,7 +162,7 @@ def test_sbatch_skips_data_prep_when_packed_data_exists(tmp_path: Path, monkeypa
     monkeypatch.setattr(slurm_backend, "_run", fake)
     r = record("j")
     slurm_backend.SlurmBackend().submit(directory, bundle, r)
-    assert [c for c, _ in fake.calls] == [["sbatch", "--parsable", "sbatch.sh"]]
+    assert [c for c, _ in fake.calls if c[0] == "sbatch"] == [["sbatch", "--parsable", "sbatch.sh"]]
     assert r.pack_native_id is None
 
 
@@ -167,9 +174,9 @@ def test_sbatch_failure_is_one_line_and_cancels_the_pack_job(tmp_path: Path, mon
     )
     calls: list[list[str]] = []
 
-    def fake(cmd, cwd=None, timeout=60):
+    def fake(cmd, cwd=None, timeout=60, env=None):
         calls.append(list(cmd))
-        return done("") if cmd[0] == "scancel" else next(answers)
+        return done("") if cmd[0] in ("scancel", "scontrol") else next(answers)
 
     monkeypatch.setattr(slurm_backend, "_run", fake)
     with pytest.raises(LaunchError, match="^sbatch failed: sbatch: error: .*Invalid account$"):
@@ -196,7 +203,7 @@ def test_state_mapping(squeue, sacct, scontrol, expected, monkeypatch) -> None:
         "sacct": done(sacct or "", 0 if sacct is not None else 1),
         "scontrol": done(scontrol or "", 0 if scontrol else 1),
     }
-    monkeypatch.setattr(slurm_backend, "_run", lambda cmd, cwd=None, timeout=60: answers[cmd[0]])
+    monkeypatch.setattr(slurm_backend, "_run", lambda cmd, cwd=None, timeout=60, env=None: answers[cmd[0]])
     monkeypatch.setattr(slurm_backend.shutil, "which", lambda name: f"/usr/bin/{name}")
     r = record("j", native_id="5")
     r.backend = "slurm"
@@ -206,7 +213,9 @@ def test_state_mapping(squeue, sacct, scontrol, expected, monkeypatch) -> None:
 
 def test_training_cancelled_by_failed_data_prep_is_failed(monkeypatch) -> None:
     states = {"9": ("CANCELLED", 0), "8": ("FAILED", 1)}
-    monkeypatch.setattr(slurm_backend, "job_state", lambda job_id: states[job_id])
+    monkeypatch.setattr(
+        slurm_backend, "job_answer", lambda job_id, target: slurm_backend.JobAnswer(*states[job_id])
+    )
     r = record("j", native_id="9", pack_native_id="8")
     slurm_backend.SlurmBackend().refresh(r)
     assert r.status == "FAILED" and r.native_state == "CANCELLED (data prep job 8 FAILED)"

@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,16 @@ from typing import Any
 
 from packcfg.launch import LaunchError
 from packcfg.launch.bundle import DRIVER, JobBundle
-from packcfg.launch.state import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, UNKNOWN, JobRecord
+from packcfg.launch.state import (
+    CANCELLED,
+    CLUSTER_MISMATCH,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    UNKNOWN,
+    JobRecord,
+)
 
 EXECUTORS = ("slurm", "local")
 # Not "nemo_run": NeMo-Run rewrites every "/nemo_run" in its paths (its in-container run dir name).
@@ -85,6 +95,14 @@ class NemoRunBackend:
                 f"{bundle_dir}: NeMo-Run rewrites paths containing '/nemo_run'; use another folder"
             )
         (bundle_dir / "logs").mkdir(exist_ok=True)
+        if self.executor == "slurm" and shutil.which("scontrol"):
+            # The cluster NeMo-Run's sbatch reaches: status, logs and cancel ask it (SLURM_CONF).
+            from packcfg.launch.backends.slurm import submission_cluster
+            from packcfg.launch.bundle import now_utc
+
+            target = submission_cluster()
+            record.cluster, record.slurm_conf = target.name, target.conf
+            record.submitted_at = now_utc()
         # A LocalExecutor task runs to completion inside the driver; a Slurm submission takes seconds.
         result = _driver(
             bundle_dir,
@@ -119,7 +137,13 @@ class NemoRunBackend:
         record.log_paths = [str(p) for p in self.log_paths(record)]
 
     def refresh(self, record: JobRecord) -> None:
-        tasks = _driver(Path(record.bundle_dir), ["--status", _experiment_id(record)], what="status")
+        problem = _cluster_mismatch(record)
+        if problem:
+            record.native_state = f"{CLUSTER_MISMATCH} ({problem})"  # the status is kept
+            return
+        tasks = _driver(
+            Path(record.bundle_dir), ["--status", _experiment_id(record)], what="status", record=record
+        )
         record.status, record.native_state = job_status(tasks)
         if record.extra.get("executor") == "local" and record.status in (PENDING, RUNNING, UNKNOWN):
             # NeMo-Run's local scheduler only knows the processes of the interpreter that started them;
@@ -132,7 +156,12 @@ class NemoRunBackend:
             # NeMo-Run 0.11.1's local scheduler cannot cancel from another process (`Experiment.cancel`
             # reaches torchx's LocalScheduler._cancel_existing, which only knows its own processes).
             raise LaunchError("a NeMo-Run LocalExecutor job runs in the foreground; stop it with Ctrl-C")
-        tasks = _driver(Path(record.bundle_dir), ["--cancel", _experiment_id(record)], what="cancel")
+        problem = _cluster_mismatch(record)
+        if problem:
+            raise LaunchError(f"job {record.id} not cancelled: {CLUSTER_MISMATCH} ({problem})")
+        tasks = _driver(
+            Path(record.bundle_dir), ["--cancel", _experiment_id(record)], what="cancel", record=record
+        )
         status, native = job_status(tasks)
         if status not in (CANCELLED, COMPLETED, FAILED):
             raise LaunchError(f"job {record.id}: NeMo-Run did not cancel it (state {native})")
@@ -157,7 +186,26 @@ class NemoRunBackend:
 
     def read_logs(self, record: JobRecord) -> str:
         """Every task's log as NeMo-Run's `Experiment.logs(task)` prints it."""
-        return _driver(Path(record.bundle_dir), ["--logs", _experiment_id(record)], what="logs", text=True)
+        problem = _cluster_mismatch(record)
+        if problem:
+            raise LaunchError(f"job {record.id}: {CLUSTER_MISMATCH} ({problem}); logs not read")
+        return _driver(
+            Path(record.bundle_dir),
+            ["--logs", _experiment_id(record)],
+            what="logs",
+            text=True,
+            record=record,
+        )
+
+
+def _cluster_mismatch(record: JobRecord) -> str | None:
+    """Why the cluster the recorded SLURM_CONF reaches is not the one the job went to (None: it is, or
+    the record names none: a LocalExecutor job, or a record from before packcfg kept the cluster)."""
+    if not record.cluster:
+        return None
+    from packcfg.launch.backends.slurm import Cluster, cluster_mismatch
+
+    return cluster_mismatch(Cluster.of(record))
 
 
 def _experiment_id(record: JobRecord) -> str:
@@ -175,10 +223,14 @@ def _driver(
     timeout: float | None = 120,
     log: Path | None = None,
     text: bool = False,
+    record: JobRecord | None = None,
 ) -> Any:
     """Run the bundle's driver with NEMORUN_HOME pointing into the bundle; returns its JSON result
-    (or, with `text`, what it printed)."""
+    (or, with `text`, what it printed). With `record`, NeMo-Run's Slurm commands ask the cluster the
+    job went to (its SLURM_CONF)."""
     env = {**os.environ, "NEMORUN_HOME": str(bundle_dir / NEMORUN_HOME)}
+    if record is not None and record.slurm_conf:
+        env["SLURM_CONF"] = record.slurm_conf
     with tempfile.TemporaryDirectory(prefix="packcfg-nemo-run-") as tmp:
         result_file = Path(tmp) / "result.json"
         cmd = [sys.executable, DRIVER, *args]

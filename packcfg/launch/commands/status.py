@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     def body() -> int:
         from packcfg.launch import LaunchError, service
-        from packcfg.launch.state import JobStore, printable
+        from packcfg.launch.state import CLUSTER_MISMATCH, JobStore, printable
 
         store = JobStore(args.state_dir)
         # A corrupt record: one warning line naming its file, the others still listed (exit 0); the
@@ -35,6 +35,14 @@ def run(args: argparse.Namespace) -> int:
                 if args.job:
                     raise
                 print(f"packcfg: {record.id}: state not refreshed ({exc})", file=sys.stderr)
+                continue
+            if (record.native_state or "").startswith(CLUSTER_MISMATCH):
+                # The cluster asked is not the job's (or its job of that id is another job): the
+                # record keeps its status.
+                print(
+                    f"packcfg: {record.id}: {printable(record.native_state)}; kept {record.status}",
+                    file=sys.stderr,
+                )
         if args.json:
             data = [r.to_dict() for r in records]
             print(json.dumps(data[0] if args.job else data, indent=2))
@@ -48,13 +56,20 @@ def run(args: argparse.Namespace) -> int:
                 "backend",
                 "native_id",
                 "pack_native_id",
+                "cluster",
+                "slurm_conf",
                 "exit_code",
                 "config_hash",
                 "bundle_dir",
                 "created_at",
                 "updated_at",
             ):
-                print(f"{key:15} {printable(getattr(record, key))}")
+                value = getattr(record, key)
+                if key in ("cluster", "slurm_conf") and value is None:
+                    continue  # not a Slurm job, or a record from before packcfg kept its cluster
+                if key == "cluster" and record.cluster_flag:
+                    value = f"{value} (-M)"
+                print(f"{key:15} {printable(value)}")
             for path in record.log_paths:
                 print(f"{'log':15} {printable(path)}")
             for allowed in record.allowed:
