@@ -277,6 +277,12 @@ def checked_load_strategy(directory: Path, metadata: Metadata) -> Any:
 
         def load(self, sharded_state_dict: Any, checkpoint_dir: Any) -> Any:
             tensors = [t for t in nested_values(sharded_state_dict) if isinstance(t, ShardedTensor)]
+            for t in tensors:  # torch's planner would read the record as bytes and unpickle it
+                if isinstance(metadata.state_dict_metadata.get(t.key), BytesStorageMetadata):
+                    raise CheckpointError(
+                        f"{directory / METADATA}: entry {t.key} is a pickled object record where the model "
+                        "has a tensor; packcfg loads tensors only from .distcp files"
+                    )
             original = sharded_state_dict
             sharded, flat_mapping, rename_mapping = _replace_state_dict_keys_with_sharded_keys(
                 sharded_state_dict
