@@ -405,14 +405,16 @@ def test_pretrained_weights_are_the_saved_ones(saved, tmp_path):
 # ---- HF folders: only safetensors are read; a config.json too large for this machine is refused
 
 
-def _hf_folder(folder: Path, **changes) -> Path:
+# A tiny Llama config.json (no head_dim: derived from hidden_size / heads).
+TINY_HF = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}  # fmt: skip
+
+
+def _hf_folder(folder: Path) -> Path:
     pytest.importorskip("transformers")
     from packcfg.train.hf.tiny import make_tiny_hf_model
 
     make_tiny_hf_model("llama", folder, 128, seed=0)
-    if changes:
-        config = json.loads((folder / "config.json").read_text())
-        (folder / "config.json").write_text(json.dumps({**config, **changes}))
     return folder
 
 
@@ -461,8 +463,7 @@ def test_parameter_estimate_is_the_built_models_count(tmp_path):
     from packcfg.train.parallel import distributed
     from packcfg.train.settings import TrainSettings
 
-    base = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128}  # fmt: skip
+    base = {**TINY_HF, "head_dim": 16}
     variants = {
         "llama": {},
         "llama_tied": {"tie_word_embeddings": True},
@@ -492,9 +493,7 @@ def test_parameter_estimate_is_the_built_models_count(tmp_path):
 def test_absurd_hf_config_is_refused_with_the_estimate(tmp_path, field, value):
     from packcfg.train.hf.config import HFConfigError, model_section
 
-    base = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}  # fmt: skip
-    (tmp_path / "config.json").write_text(json.dumps({**base, field: value}))
+    (tmp_path / "config.json").write_text(json.dumps({**TINY_HF, field: value}))
     with pytest.raises(HFConfigError) as info:
         model_section({"model": {"hf_path": str(tmp_path)}})
     message = str(info.value)
@@ -507,9 +506,7 @@ def test_absurd_hf_config_is_refused_with_the_estimate(tmp_path, field, value):
 def test_memory_estimate_boundary(tmp_path):
     from packcfg.train.hf.config import HFConfigError, check_fits_memory, parameter_count, read_hf_config
 
-    base = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}  # fmt: skip
-    (tmp_path / "config.json").write_text(json.dumps(base))
+    (tmp_path / "config.json").write_text(json.dumps(TINY_HF))
     hf = read_hf_config(tmp_path)
     needed = 4 * parameter_count(hf.model)
     check_fits_memory(hf, 1, available=needed)  # fits exactly
@@ -524,9 +521,7 @@ def test_memory_estimate_boundary(tmp_path):
 def test_hf_shape_fields_must_be_positive_integers(tmp_path, value, shown):
     from packcfg.train.hf.config import HFConfigError, read_hf_config
 
-    base = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "vocab_size": value}  # fmt: skip
-    (tmp_path / "config.json").write_text(json.dumps(base))
+    (tmp_path / "config.json").write_text(json.dumps({**TINY_HF, "vocab_size": value}))
     with pytest.raises(
         HFConfigError, match=rf"config\.json: vocab_size must be a positive integer, got {shown}$"
     ):
@@ -609,9 +604,7 @@ def test_cli_dpo_reference_refuses_planted_metadata(cli_run, tmp_path):
 def test_cli_refuses_absurd_hf_config(tmp_path):
     folder = tmp_path / "hf"
     folder.mkdir()
-    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 10**13}  # fmt: skip
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps({**TINY_HF, "vocab_size": 10**13}))
     recipe = REPO_ROOT / "recipes" / "tiny_hf_sft.yaml"
     proc = packcfg(tmp_path, "train", str(recipe), *ONE, f"model.hf_path={folder}")
     lines = proc.stderr.strip().splitlines()
