@@ -221,19 +221,25 @@ class CheckedReader(FileSystemReader):
                         raise CheckpointError(
                             f"{path}: truncated (record {item.storage_index.fqn} ends past the file)"
                         )
-                    stream = self.transforms.transform_load_stream(
-                        item, info.transform_descriptors or (), io.BytesIO(data)
-                    )
-                    tensor = load_file(path, io.BytesIO(stream.read()), record=item.storage_index.fqn)
+                    try:  # torch's registered stream transforms (none unless a writer asked for one)
+                        data = self.transforms.transform_load_stream(
+                            item, info.transform_descriptors or (), io.BytesIO(data)
+                        ).read()
+                    except Exception as exc:  # noqa: BLE001 - an unknown or corrupt transform is one line
+                        raise CheckpointError(
+                            f"{path}: record {item.storage_index.fqn}: cannot undo its transform "
+                            f"{info.transform_descriptors!r} ({type(exc).__name__})"
+                        ) from None
+                    tensor = load_file(path, io.BytesIO(data), record=item.storage_index.fqn)
                     if not isinstance(tensor, torch.Tensor):
                         raise CheckpointError(
                             f"{path}: record {item.storage_index.fqn} is a {type(tensor).__name__}, not a tensor"
                         )
                     try:
                         tensor = narrow_tensor_by_index(tensor, item.storage_offsets, item.lengths)
-                    except (RuntimeError, IndexError) as exc:
+                    except (RuntimeError, IndexError):
                         raise CheckpointError(
-                            f"{path}: record {item.storage_index.fqn} is smaller than {METADATA} says ({exc})"
+                            f"{path}: record {item.storage_index.fqn} is smaller than {METADATA} says"
                         ) from None
                     target = planner.resolve_tensor(item).detach()
                     if target.size() != tensor.size():

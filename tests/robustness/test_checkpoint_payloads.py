@@ -330,6 +330,17 @@ def test_reader_refuses_a_byte_record(saved):
         reader.read_data(LoadPlan([item]), planner=None)
 
 
+@pytest.mark.parametrize("name", [".metadata", "__0_0.distcp"])
+def test_truncated_torch_dist_file_is_one_line_naming_it(saved, tmp_path, name):
+    ckpt = _copy(saved, "torch_dist", tmp_path / "ckpt")
+    path = ckpt / ITER / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError) as info:
+        _enter(RESUME, saved, ckpt, "torch_dist", tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and "does not fit" not in message, message
+
+
 def test_metadata_pointing_outside_the_folder_is_refused(saved, tmp_path):
     from packcfg.train.dist_reader import read_metadata
 
