@@ -14,10 +14,12 @@ need more (a pickle carrying code) is refused with a one-line `CheckpointError`.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import random
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,27 +34,52 @@ from packcfg.train.parallel import Layout
 from packcfg.train.run_folder import LATEST, CheckpointError, read_latest
 
 
-def load_file(path: Path) -> Any:
-    """`torch.load(path, weights_only=True)`, with every failure as one line naming the file."""
+def load_file(path: Path, source: Any = None, *, record: str | None = None) -> Any:
+    """`torch.load(path, weights_only=True)`, with every failure as one line naming the file.
+
+    `source`: a stream holding one record of `path` (a .distcp tensor record, named by `record`)."""
+    where = f"{path}" if record is None else f"{path} (record {record})"
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path if source is None else source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         text = str(exc)
         # torch's message advises retrying with weights_only=False: never repeat that advice to a user
         unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
         if unsafe:
             raise CheckpointError(
-                f"{path}: refused: it holds {unsafe.group(1)}, which would run code when loaded; packcfg loads "
+                f"{where}: refused: it holds {unsafe.group(1)}, which would run code when loaded; packcfg loads "
                 "checkpoints as plain tensors only"
             ) from None
         raise CheckpointError(
-            f"{path}: unreadable checkpoint file (not a torch checkpoint, or corrupt)"
+            f"{where}: unreadable checkpoint file (not a torch checkpoint, or corrupt)"
         ) from None
-    except (EOFError, RuntimeError, OSError, ValueError) as exc:
+    except (EOFError, RuntimeError, OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
-            f"{path}: unreadable checkpoint file (truncated or corrupt? {first[:200]})"
+            f"{where}: unreadable checkpoint file (truncated or corrupt? {first[:200]})"
         ) from None
+
+
+@contextlib.contextmanager
+def _fits(path: Path) -> Iterator[None]:
+    """Restoring from `path`'s contents: a value that does not fit the run (a missing entry, a wrong shape
+    or type) is one line naming the file, not a traceback."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (RuntimeError, KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: does not fit this run ({type(exc).__name__}: {first})") from None
+
+
+def keep_own_extra_state(saved: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
+    """`saved` (a model state dict read from a checkpoint) with every `_extra_state` entry replaced by the
+    model's own. Transformer Engine's `set_extra_state` unpickles a non-empty one (its FP8 scaling state, a
+    pickle in a uint8 tensor) with a bare `pickle.loads`; packcfg trains no FP8, where that state is
+    empty, so nothing is lost by never handing a checkpoint's to the model."""
+    own = model.state_dict()
+    return {k: (own.get(k) if k.endswith("_extra_state") else v) for k, v in saved.items()}
 
 
 def iteration_dir(root: Path, iteration: int) -> Path:
@@ -192,7 +219,11 @@ def _model_file(directory: Path, layout: Layout) -> dict[str, Any]:
             "torch_dist checkpoints reshard)"
         )
     state = load_file(path)
-    if not isinstance(state, dict) or not {"tp", "model", "iteration"} <= set(state):
+    if (
+        not isinstance(state, dict)
+        or not {"tp", "model", "iteration"} <= set(state)
+        or not isinstance(state["model"], dict)
+    ):
         raise CheckpointError(f"{path}: not a packcfg checkpoint (expected model, iteration and tp entries)")
     if state["tp"] != layout.tp:
         raise CheckpointError(f"{directory}: saved with TP {state['tp']}, this run has TP {layout.tp}")
@@ -219,17 +250,20 @@ def load_checkpoint(
             directory, layout, model, optimizer, schedule, master, drop_optimizer=drop_optimizer
         )
     state = _model_file(directory, layout)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    if master is not None:
-        if state.get("master") is None:
-            raise ValueError(
-                f"{directory}: saved without bf16 master weights; resume with the same precision"
-            )
-        master.load_state_dict(state["master"])
-    restore_rank_rng(directory, layout.rank)
-    return Resumed(int(state["iteration"]), int(state["consumed_units"]))
+    with _fits(directory / f"model_optim_tp{layout.tp_rank:02d}.pt"):
+        model.load_state_dict(keep_own_extra_state(state["model"], model))
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        if master is not None:
+            if state.get("master") is None:
+                raise CheckpointError(
+                    f"{directory}: saved without bf16 master weights; resume with the same precision"
+                )
+            master.load_state_dict(state["master"])
+        resumed = Resumed(int(state["iteration"]), int(state["consumed_units"]))
+    with _fits(directory / f"rng_rank{layout.rank:05d}.pt"):
+        restore_rank_rng(directory, layout.rank)
+    return resumed
 
 
 def load_weights(
@@ -245,12 +279,13 @@ def load_weights(
     if is_dist_checkpoint(directory):
         return load_dist_weights(directory, layout, model, master)
     state = _model_file(directory, layout)
-    model.load_state_dict(state["model"])
-    if master is not None:
-        if state.get("master") is not None:
-            master.load_state_dict(state["master"])
-        else:
-            with torch.no_grad():
-                for copy, p in zip(master.master_params, master.model_params, strict=True):
-                    copy.copy_(p.float())
-    return int(state["iteration"])
+    with _fits(directory / f"model_optim_tp{layout.tp_rank:02d}.pt"):
+        model.load_state_dict(keep_own_extra_state(state["model"], model))
+        if master is not None:
+            if state.get("master") is not None:
+                master.load_state_dict(state["master"])
+            else:
+                with torch.no_grad():
+                    for copy, p in zip(master.master_params, master.model_params, strict=True):
+                        copy.copy_(p.float())
+        return int(state["iteration"])

@@ -15,9 +15,11 @@ reported by config field). RNG states differ per rank, so they are not common st
 every rank's common dict with rank 0's and print the whole difference at each save): each rank writes its
 own `rng_rank*.pt` beside megatron's files (older checkpoints kept rank 0's in common.pt; still read).
 
-Nothing read runs code: common.pt is read by `checkpoint.load_file` (`torch.load(weights_only=True)`) through
-`SafeCommonLoad`, which also refuses ShardedObjects (packcfg writes none). The tensors come from torch's
-distributed-checkpoint reader (raw tensor bytes plus a weights-only metadata file).
+Nothing read runs code (packcfg.train.dist_reader says how, file by file): `.metadata` is read once with
+an allow-list unpickler, before torch or megatron sees the folder, and that checked object is the one
+megatron's load uses (`checked_load_strategy`); tensor records are read weights-only; no pickled object
+record (ShardedObject, e.g. a layer's `_extra_state`) is loaded; common.pt is read by
+`checkpoint.load_file` (`torch.load(weights_only=True)`) through `SafeCommonLoad`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from packcfg.train.checkpoint import (
     restore_rank_rng,
     save_rank_rng,
 )
+from packcfg.train.dist_reader import checked_load_strategy, read_metadata, tensors_only
 from packcfg.train.mcore_compat import cpu_checkpointing
 from packcfg.train.optim import LrSchedule, MasterWeights
 from packcfg.train.parallel import Layout
@@ -116,13 +119,15 @@ def _sharded(
     optimizer: torch.optim.Optimizer,
     master: MasterWeights | None,
     with_optimizer: bool,
+    for_load: bool = False,
 ) -> dict[str, Any]:
     """The sharded state dict: model, and the optimizer's per-parameter tensors sharded like their
-    parameter (`make_sharded_optimizer_tensor`, megatron-core dist_checkpointing/optimizer.py)."""
+    parameter (`make_sharded_optimizer_tensor`, megatron-core dist_checkpointing/optimizer.py).
+    `for_load`: without the model's ShardedObjects (saved for Bridge, never loaded: see dist_reader)."""
     from megatron.core.dist_checkpointing.optimizer import make_sharded_optimizer_tensor
 
     model_sd = model.sharded_state_dict()  # type: ignore[attr-defined]
-    state: dict[str, Any] = {"model": model_sd}
+    state: dict[str, Any] = {"model": tensors_only(model_sd) if for_load else model_sd}
     if not with_optimizer:
         return state
     names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -201,12 +206,14 @@ def is_dist_checkpoint(directory: Path) -> bool:
     return (directory / "metadata.json").is_file()
 
 
-def _check(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
-    """The checkpoint's common state, after checking it is complete and shaped like this model."""
+def _check(directory: Path, model: torch.nn.Module) -> tuple[dict[str, Any], Any]:
+    """The checkpoint's common state and its checked `.metadata`, after checking it is complete and shaped
+    like this model. `.metadata` is read first, with the allow-list unpickler (dist_reader)."""
     if not is_dist_checkpoint(directory):
         raise CheckpointError(
             f"{directory}: not a complete torch_dist checkpoint (no metadata.json; partial save, or another format?)"
         )
+    metadata = read_metadata(directory)
     common = _common_strategy().load_common(directory)
     if not isinstance(common, dict):
         raise CheckpointError(f"{directory / 'common.pt'}: not a megatron common state (expected a dict)")
@@ -217,27 +224,43 @@ def _check(directory: Path, model: torch.nn.Module) -> dict[str, Any]:
                 raise CheckpointError(
                     f"{directory}: checkpoint has model.{field}={saved[field]}, this config gives {value}"
                 )
-    return common
+    return common, metadata
 
 
-def _load(directory: Path, state: dict[str, Any]) -> dict[str, Any]:
+def _load(directory: Path, state: dict[str, Any], metadata: Any) -> dict[str, Any]:
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.core import CheckpointingException
     from torch.distributed.checkpoint.api import CheckpointException as DcpCheckpointException
 
     try:
         with cpu_checkpointing():
-            return dist_checkpointing.load(state, str(directory), common_strategy=_common_strategy())
+            return dist_checkpointing.load(
+                state,
+                str(directory),
+                sharded_strategy=checked_load_strategy(directory, metadata),
+                common_strategy=_common_strategy(),
+            )
+    except DcpCheckpointException as exc:  # torch wraps each rank's failure: our own one-line error first
+        failures = [failure for failure, _ in exc.failures.values()]
+        for failure in failures:
+            if isinstance(failure, CheckpointError):
+                raise CheckpointError(str(failure)) from None
+        raise _does_not_fit(directory, failures[0] if failures else exc) from None
     except CheckpointingException as exc:
         first = str(exc).strip().splitlines()[0][:300]
         raise CheckpointError(f"{directory}: does not fit this model ({first})") from None
-    except (KeyError, DcpCheckpointException) as exc:  # torch.distributed.checkpoint wraps a KeyError
-        # megatron's shape validation names a tensor this model has and the checkpoint lacks
-        missing = re.search(r"([\w.]+) from model not in state dict", str(exc))
-        what = f"it has no tensor {missing.group(1)}" if missing else str(exc).strip().splitlines()[0][:300]
-        raise CheckpointError(
-            f"{directory}: does not fit this model: {what} (trained with another model shape or family?)"
-        ) from None
+    except KeyError as exc:
+        raise _does_not_fit(directory, exc) from None
+
+
+def _does_not_fit(directory: Path, exc: BaseException) -> CheckpointError:
+    # megatron's shape validation names a tensor this model has and the checkpoint lacks (a KeyError,
+    # which torch.distributed.checkpoint wraps)
+    missing = re.search(r"([\w.]+) from model not in state dict", str(exc))
+    what = f"it has no tensor {missing.group(1)}" if missing else str(exc).strip().splitlines()[0][:300]
+    return CheckpointError(
+        f"{directory}: does not fit this model: {what} (trained with another model shape or family?)"
+    )
 
 
 def load_dist_checkpoint(
@@ -252,13 +275,15 @@ def load_dist_checkpoint(
 ) -> Resumed:
     """Restore everything `save_dist_checkpoint` wrote, resharded to this run's TP size.
     `drop_optimizer` (equivalence-test control only) skips the optimizer moments."""
-    common = _check(directory, model)
+    common, metadata = _check(directory, model)
     if common.get("packcfg_format") != "torch_dist":
         raise CheckpointError(
             f"{directory}: not a packcfg torch_dist checkpoint (no optimizer state to resume); "
             "use it as checkpoint.pretrained_checkpoint"
         )
-    loaded = _load(directory, _sharded(model, optimizer, master, with_optimizer=True))
+    loaded = _load(
+        directory, _sharded(model, optimizer, master, with_optimizer=True, for_load=True), metadata
+    )
     model.load_state_dict(loaded["model"], strict=False)
     names = [n for n, _ in _named(model)]
     opt_params = master.master_params if master is not None else [p for _, p in _named(model)]
@@ -290,8 +315,8 @@ def load_dist_weights(
 ) -> int:
     """Model weights only, from any torch_dist checkpoint whose "model" entry is a GPTModel's sharded
     state dict (packcfg's, or one Megatron Bridge / Megatron-LM wrote); returns its iteration (0 if none)."""
-    common = _check(directory, model)
-    loaded = _load(directory, {"model": model.sharded_state_dict()})  # type: ignore[attr-defined]
+    common, metadata = _check(directory, model)
+    loaded = _load(directory, {"model": tensors_only(model.sharded_state_dict())}, metadata)  # type: ignore[attr-defined]
     model.load_state_dict(loaded["model"], strict=False)
     if master is not None:
         with torch.no_grad():

@@ -111,9 +111,9 @@ def _dist_full_state(checkpoint: Path, settings: Any) -> tuple[dict[str, Any], i
 
 
 def _torch_full_state(checkpoint: Path) -> tuple[dict[str, Any], int]:
-    """The full model state of a ckpt_format: torch checkpoint (one file per TP rank, merged)."""
-    import torch
-
+    """The full model state of a ckpt_format: torch checkpoint (one file per TP rank, merged), each file
+    read weights-only (`checkpoint.load_file`: nothing in it can run code)."""
+    from packcfg.train.checkpoint import load_file
     from packcfg.train.hf.convert import merge_tp_states
 
     files = sorted(checkpoint.glob("model_optim_tp*.pt"))
@@ -121,14 +121,19 @@ def _torch_full_state(checkpoint: Path) -> tuple[dict[str, Any], int]:
         raise FileNotFoundError(f"{checkpoint}: no model_optim_tp*.pt files")
     states = []
     for path in files:
-        try:  # tensors, numbers and containers only: nothing in the file can run code
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unreadable file is one line, not a traceback
-            raise ValueError(
-                f"{path}: cannot read ({type(exc).__name__}: {str(exc).splitlines()[0]})"
-            ) from None
+        saved = load_file(path)
+        if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+            raise ValueError(f"{path}: not a packcfg checkpoint (expected a model entry)")
         states.append(saved)
-    tp = int(states[0].get("tp", len(states)))
-    if len(states) != tp:
+    tp = states[0].get("tp", len(states))
+    if not isinstance(tp, int) or len(states) != tp:
         raise ValueError(f"{checkpoint}: {len(states)} model_optim_tp*.pt files for TP {tp}")
-    return merge_tp_states([s["model"] for s in states]), int(states[0].get("iteration", 0))
+    try:
+        full = merge_tp_states([s["model"] for s in states])
+    except (KeyError, RuntimeError, TypeError, IndexError) as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"{checkpoint}: its TP ranks' files do not merge ({type(exc).__name__}: {first})"
+        ) from None
+    iteration = states[0].get("iteration", 0)
+    return full, int(iteration) if isinstance(iteration, int) else 0

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,8 @@ def read_hf_config(folder: Path) -> HFModel:
         raise HFConfigError(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise HFConfigError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; nesting too deep
+        raise HFConfigError(f"{path}: not usable JSON ({str(exc)[:120]})") from None
     if not isinstance(raw, dict):
         raise HFConfigError(f"{path}: expected a JSON object")
     model_type = raw.get("model_type")
@@ -92,15 +96,36 @@ def _need(raw: dict[str, Any], key: str, path: Path) -> Any:
     return raw[key]
 
 
+def _size(raw: dict[str, Any], key: str, path: Path, default: int | None = None) -> int:
+    """A positive integer field (a JSON integer, or a float with an integer value)."""
+    value = raw.get(key)
+    if value is None:
+        if default is None:
+            raise HFConfigError(f"{path}: {key} is missing")
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise HFConfigError(f"{path}: {key} must be a positive integer, got {repr(value)[:60]}")
+    return value
+
+
+def _real(raw: dict[str, Any], key: str, path: Path, default: float) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise HFConfigError(f"{path}: {key} must be a number, got {repr(value)[:60]}")
+    return float(value)
+
+
 def _rope(raw: dict[str, Any], path: Path) -> tuple[float, dict[str, Any] | None]:
     """(theta, scaling dict or None) from either spelling."""
     params = raw.get("rope_parameters")
     if isinstance(params, dict):
-        theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
+        theta = _real(params, "rope_theta", path, _real(raw, "rope_theta", path, 10000.0))
         kind = params.get("rope_type") or params.get("type") or "default"
-        return float(theta), (None if kind == "default" else {**params, "rope_type": kind})
+        return theta, (None if kind == "default" else {**params, "rope_type": kind})
     scaling = raw.get("rope_scaling")
-    theta = float(raw.get("rope_theta", 10000.0))
+    theta = _real(raw, "rope_theta", path, 10000.0)
     if not scaling:
         return theta, None
     if not isinstance(scaling, dict):
@@ -110,8 +135,8 @@ def _rope(raw: dict[str, Any], path: Path) -> tuple[float, dict[str, Any] | None
 
 
 def _model_keys(raw: dict[str, Any], family: str, path: Path) -> dict[str, Any]:
-    hidden = int(_need(raw, "hidden_size", path))
-    heads = int(_need(raw, "num_attention_heads", path))
+    hidden = _size(raw, "hidden_size", path)
+    heads = _size(raw, "num_attention_heads", path)
     act = raw.get("hidden_act", "silu")
     if act != "silu":
         raise HFConfigError(f"{path}: hidden_act {act!r} is not supported (SwiGLU needs silu)")
@@ -123,14 +148,14 @@ def _model_keys(raw: dict[str, Any], family: str, path: Path) -> dict[str, Any]:
         raise HFConfigError(f"{path}: sliding-window attention is not supported")
     theta, scaling = _rope(raw, path)
     model: dict[str, Any] = {
-        "num_layers": int(_need(raw, "num_hidden_layers", path)),
+        "num_layers": _size(raw, "num_hidden_layers", path),
         "hidden_size": hidden,
-        "ffn_hidden_size": int(_need(raw, "intermediate_size", path)),
+        "ffn_hidden_size": _size(raw, "intermediate_size", path),
         "num_attention_heads": heads,
-        "num_query_groups": int(raw.get("num_key_value_heads") or heads),
-        "kv_channels": int(raw.get("head_dim") or hidden // heads),
-        "vocab_size": int(_need(raw, "vocab_size", path)),
-        "layernorm_epsilon": float(raw.get("rms_norm_eps", 1e-6)),
+        "num_query_groups": _size(raw, "num_key_value_heads", path, default=heads),
+        "kv_channels": _size(raw, "head_dim", path, default=max(hidden // heads, 1)),
+        "vocab_size": _size(raw, "vocab_size", path),
+        "layernorm_epsilon": _real(raw, "rms_norm_eps", path, 1e-6),
         "rotary_base": theta,
         "rotary_percent": 1.0,
         "position_embedding_type": "rope",
@@ -201,13 +226,95 @@ def model_section(config: dict[str, Any]) -> dict[str, Any]:
             raise HFConfigError(
                 f"model.{key}: {model[key]!r} disagrees with {folder / 'config.json'} ({hf.model[key]!r})"
             )
-    tp = int(model.get("tensor_model_parallel_size") or 1)
+    tp = _parallel(model, "tensor_model_parallel_size")
     if hf.model["vocab_size"] % tp:
         raise HFConfigError(
             f"model.tensor_model_parallel_size: {tp} does not divide the vocabulary of "
             f"{folder / 'config.json'} ({hf.model['vocab_size']}); packcfg does not pad it as Bridge does"
         )
+    check_fits_memory(hf, tp * _parallel(model, "pipeline_model_parallel_size"))
     return {**model, **hf.model}
+
+
+def _parallel(model: dict[str, Any], key: str) -> int:
+    value = model.get(key) or 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+# The largest value of each shape field among released models (with margin): the field furthest past its
+# ceiling is the one an estimate that does not fit names.
+_CEILINGS = {
+    "vocab_size": 262_144, "hidden_size": 32_768, "intermediate_size": 131_072, "num_hidden_layers": 256,
+    "num_attention_heads": 256, "num_key_value_heads": 256, "head_dim": 512,
+}  # fmt: skip
+_CONFIG_KEY = {
+    "vocab_size": "vocab_size", "hidden_size": "hidden_size", "intermediate_size": "ffn_hidden_size",
+    "num_hidden_layers": "num_layers", "num_attention_heads": "num_attention_heads",
+    "num_key_value_heads": "num_query_groups", "head_dim": "kv_channels",
+}  # fmt: skip
+
+
+def parameter_count(model: dict[str, Any]) -> int:
+    """Parameters of the GPT model a `model` section (from `_model_keys`) describes: embeddings, output
+    layer unless tied, and per layer QKV, output projection, SwiGLU MLP and norms."""
+    h, ffn, d = model["hidden_size"], model["ffn_hidden_size"], model["kv_channels"]
+    heads, groups = model["num_attention_heads"], model["num_query_groups"]
+    qkv_rows = (heads + 2 * groups) * d
+    layer = h * qkv_rows + heads * d * h + 3 * h * ffn + 2 * h
+    layer += qkv_rows if model.get("add_qkv_bias") else 0
+    layer += 2 * d if model.get("qk_layernorm") else 0
+    tied = model.get("share_embeddings_and_output_weights")
+    return model["vocab_size"] * h * (1 if tied else 2) + model["num_layers"] * layer + h
+
+
+def memory_bytes() -> int | None:
+    """The memory this process can have: the machine's physical memory, or its cgroup limit if lower."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = int(text)
+    return total if total > 0 else None
+
+
+def _bytes(n: int) -> str:
+    if n.bit_length() > 80:
+        return f"about 2^{n.bit_length() - 1} bytes"
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+    value, i = float(n), 0
+    while value >= 1024 and i < len(units) - 1:
+        value, i = value / 1024, i + 1
+    return f"{n} bytes" if i == 0 else f"{value:.1f} {units[i]}"
+
+
+def check_fits_memory(hf: HFModel, shards: int, available: int | None = None) -> None:
+    """Refuse, before anything is allocated, a config.json whose model cannot fit in this machine's memory.
+
+    The estimate is a lower bound: every parameter in fp32 (the executor builds its weights in fp32 on
+    the CPU, then moves them), spread over `shards` = TP x PP processes; optimizer state, gradients and the
+    safetensors read come on top. The field named is the one (of those the file sets) furthest past the
+    largest released models. `available`: memory_bytes() unless given."""
+    available = memory_bytes() if available is None else available
+    if available is None:
+        return
+    needed = 4 * parameter_count(hf.model) // shards
+    if needed <= available:
+        return
+    given = [k for k in _CEILINGS if k in hf.raw]  # not a value derived from another (head_dim)
+    field = max(given, key=lambda k: Fraction(hf.model[_CONFIG_KEY[k]], _CEILINGS[k]))
+    value = hf.model[_CONFIG_KEY[field]]
+    shown = str(value) if value.bit_length() < 200 else f"about 2^{value.bit_length() - 1}"
+    raise HFConfigError(
+        f"{hf.folder / 'config.json'}: {field} {shown} describes a model that needs at least "
+        f"{_bytes(needed)} of memory per process (fp32 weights over TP x PP {shards}), more than the "
+        f"{_bytes(available)} this machine has; refused before allocating anything"
+    )
 
 
 def hf_config_dict(settings: Any, family: str, dtype: str = "float32") -> dict[str, Any]:
