@@ -237,8 +237,11 @@ def derive(config: dict[str, Any], profile: str = "current") -> Facts:
     sp = as_bool(model.get("sequence_parallel"), False)
     eval_cp = as_int(dist.get("eval_context_parallel_size"), None)
 
-    nodes = as_int(launch.get("nodes"), 1) if launch else None
-    gpn = as_int(launch.get("gpus_per_node"), 1) if launch else None
+    # A launch section that only names the target Bridge (`--bridge-version` is `++launch.bridge.version=V`)
+    # describes no job: the world size stays unknown, as without a launch section.
+    layout = any(key != "bridge" for key in launch)
+    nodes = as_int(launch.get("nodes"), 1) if layout else None
+    gpn = as_int(launch.get("gpus_per_node"), 1) if layout else None
     world = nodes * gpn if nodes is not None and gpn is not None else None
     dp = None
     if world is not None and None not in (tp, pp, cp) and world % (tp * pp * cp) == 0:  # type: ignore[operator]
