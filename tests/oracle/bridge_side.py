@@ -34,8 +34,11 @@ only what makes the case replace the recipe's own data settings, as a user's ove
   true` when its size is positive, the < 0.6 meaning), `pack_sequences_in_batch` -> `enable_in_batch_packing`;
 - the case's offline packing replaces the recipe's: `enable_offline_packing: false` and `offline_packing_specs:
   null` unless the case sets them (0.6's GPT SFT recipes pack by default); specs get 0.6's class;
-- a case with `dataset.dataset_root` replaces the recipe's Hugging Face source (`hf_dataset: null`): 0.6 wants
-  exactly one source (GPTSFTDatasetConfig.validate(), data/builders/gpt_sft.py);
+- a case with `dataset.dataset_root` replaces the recipe's Hugging Face source (`hf_dataset` and its split and
+  output settings null, `hf_rewrite: false`): 0.6 wants exactly one source (GPTSFTDatasetConfig.validate(),
+  data/builders/gpt_sft.py);
+- `checkpoint.pretrained_checkpoint` points at an existing temporary folder: 0.6 checks that it exists, and a
+  case means "the checkpoint is there";
 - packcfg's own sections and `_target_` keys are dropped, as for 0.3.1.
 Recipes are looked up by name in 0.6's `megatron.bridge.recipes` (VLM recipes are `*_sft_config` /
 `*_peft_config` there, `*_finetune_config` in 0.3.1), built with their defaults, and packcfg lints the same merge
@@ -138,7 +141,7 @@ def recipe_for(case: dict[str, Any], line: str = "0.3") -> tuple[str | None, str
         if cls in ("", "GPTModelProvider"):
             stem = next((s for pat, s in HF_RECIPES if re.search(pat, ids)), None)
     if stem is None:
-        return None, f"no Bridge 0.3.1 recipe for model {cls or '?'}"
+        return None, f"no Bridge {line} recipe mapped for model {cls or '?'}"
     mode = recipe.get("mode") if isinstance(recipe, dict) else None
     if stem.startswith(VLM_STEMS) and line == "0.3":
         task = "finetune"
@@ -182,7 +185,18 @@ def to_031(case: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def to_06(case: dict[str, Any]) -> dict[str, Any]:
+# The recipe's Hugging Face source fields (r0.6.0 data/builders/gpt_sft.py, GPTSFTDatasetConfig): a case that
+# names `dataset_root` replaces them, as 0.6 allows exactly one source.
+HF_SOURCE_FIELDS = (
+    "hf_dataset",
+    "hf_validation_dataset",
+    "hf_test_dataset",
+    "hf_output_root",
+    "hf_validation_proportion",
+)
+
+
+def to_06(case: dict[str, Any], pretrained_dir: Path | None = None) -> dict[str, Any]:
     """The case as an override file for a Bridge 0.6.x recipe (see the module docstring)."""
     out = {k: _drop_targets(copy.deepcopy(v)) for k, v in case.items() if k not in PACKCFG_SECTIONS}
     ds = out.get("dataset")
@@ -207,13 +221,20 @@ def to_06(case: dict[str, Any]) -> dict[str, Any]:
             # Over a recipe whose specs are None, apply_overrides would set a plain dict: name the class.
             ds["offline_packing_specs"] = {"_target_": SPECS_CLASS_06, **ds["offline_packing_specs"]}
         if ds.get("dataset_root") is not None:
-            ds.setdefault("hf_dataset", None)
+            for key in HF_SOURCE_FIELDS:
+                ds.setdefault(key, None)
+            ds.setdefault("hf_rewrite", False)
+    ckpt = out.get("checkpoint")
+    if isinstance(ckpt, dict) and ckpt.get("pretrained_checkpoint") and pretrained_dir is not None:
+        # 0.6's CheckpointConfig checks that the folder exists (0.3.1 does not); the case means "one exists".
+        ckpt["pretrained_checkpoint"] = str(pretrained_dir)
     return out
 
 
-def to_bridge(case: dict[str, Any], line: str = LINE) -> dict[str, Any]:
-    """The case as an override file for the installed Bridge line."""
-    return to_06(case) if line == "0.6" else to_031(case)
+def to_bridge(case: dict[str, Any], line: str = LINE, pretrained_dir: Path | None = None) -> dict[str, Any]:
+    """The case as an override file for the installed Bridge line (`pretrained_dir`: an existing folder that
+    stands for the case's `checkpoint.pretrained_checkpoint` on 0.6, which checks that it exists)."""
+    return to_06(case, pretrained_dir) if line == "0.6" else to_031(case)
 
 
 def world_size(case: dict[str, Any], cfg) -> int:

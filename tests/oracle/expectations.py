@@ -132,24 +132,62 @@ BRIDGE_CODES_06: list[tuple[str, str | None]] = [
     (r"max_single_sequence_length cannot exceed packed_sequence_size", "DS702"),
     (r"max_single_sequence_length must be a positive integer", "DS702"),
     (r"pad_seq_to_mult must be a positive integer", "DS703"),
+    (
+        r"eval_global_batch_size \(\d+\) must be divisible by\s*eval_micro_batch_size \* eval_data_parallel_size",
+        "PL602",
+    ),
+    (r"hierarchical_context_parallel_sizes must be set when cp_comm_type contains 'a2a\+p2p'", "CP205"),
+    (r'supports model\.cuda_graph_impl="local" only for full-iteration CUDA graphs', "CG507"),
     (r"Megatron-FSDP requires the fsdp_dtensor checkpointing format", None),
+    (r"Exactly one text-only SFT source must be set: dataset_root or hf_dataset", None),
+    (r"Hugging Face split and materialization settings require hf_dataset, not dataset_root", None),
 ]
 
 MISSING_RULES_06: dict[str, str] = {
     r"Megatron-FSDP requires the fsdp_dtensor checkpointing format": MISSING_RULES[
         r"Megatron FSDP only supports fsdp_dtensor checkpoint format"
     ],
+    # GPTSFTDatasetConfig.validate() (r0.6.0 data/builders/gpt_sft.py ~135): exactly one of dataset_root and
+    # hf_dataset, and hf_validation_dataset/hf_test_dataset/hf_output_root/hf_validation_proportion/hf_rewrite
+    # only with hf_dataset. An override file that sets dataset_root over a 0.6 recipe (which names an HF source)
+    # fails with these; rules.md has no code for it. bridge_side.to_06 makes a case's dataset_root replace the
+    # recipe's source, as the bridge engine's render must (issue 21, item 2).
+    r"Exactly one text-only SFT source must be set: dataset_root or hf_dataset": (
+        "dataset: both dataset_root and hf_dataset set (Bridge 0.6 GPTSFTDatasetConfig wants exactly one)"
+    ),
+    r"Hugging Face split and materialization settings require hf_dataset, not dataset_root": (
+        "dataset: hf_validation_proportion/hf_*_dataset/hf_output_root/hf_rewrite set with dataset_root"
+    ),
 }
 
-# The 0.3.1 extras minus the checks 0.6's validate() makes itself (those must now agree with Bridge).
-CHECKED_BY_06 = {code for _, code in BRIDGE_CODES_06 if code is not None}
+# The 0.3.1 extras, less the checks 0.6's validate() makes itself (those must agree with Bridge now), with the
+# reasons that changed. Measured on 0.6.2 (tests/oracle, 2026-11-26): an override merged onto a recipe's
+# PackedSequenceSpecs sets its fields with setattr, so PackedSequenceSpecs.__post_init__'s checks
+# (max_single_sequence_length <= packed_sequence_size, pad_seq_to_mult > 0) do not run on it: Bridge kept
+# `pad_seq_to_mult: '2'` (a string) and a max_single_sequence_length of 8192 over a 4096 pack.
+CHECKED_BY_06 = {
+    "PK101", "PK102", "PK103", "PK112", "PK121", "CP202", "CP205", "CG501", "CG502", "CG503", "CG507",
+}  # fmt: skip
 EXTRAS_06: dict[str, str] = {code: why for code, why in EXTRAS.items() if code not in CHECKED_BY_06}
 EXTRAS_06.update(
     {
+        "PK120": "Energon-native requirements: in Bridge main (067f987), not in 0.6's validate() or "
+        "EnergonDatasetConfig.validate()",
         "PL603": "SP with TP 1: Bridge >= 0.4 turns SP off (TransformerConfig.finalize); rules.md rev 3 PL603",
+        "DS702": "PackedSequenceSpecs.__post_init__ rejects a cap above the pack size when the specs are built, "
+        "but not when an override sets the field on the recipe's specs (measured: validate() accepts 8192 over "
+        "4096); packing then cannot place the longer samples",
+        "DS703": "as DS702: an override sets pad_seq_to_mult without __post_init__ (measured: Bridge keeps the "
+        "string '2'), and the packing arithmetic fails on it",
     }
 )
-CASE_EXTRAS_06: dict[tuple[str, str], str] = {}
+CASE_EXTRAS_06: dict[tuple[str, str], str] = {
+    ("PK101_offline_and_in_batch.yaml", "PK101"): (
+        "over a GPT SFT recipe, Bridge 0.6 drops enable_in_batch_packing (GPTSFTDatasetConfig has no such field: "
+        "process_config_with_overrides skips the key), so its validate() sees offline packing only; the config "
+        "still asks for both modes, which 0.6 rejects wherever the dataset has the field (config.py ~1153)"
+    ),
+}
 VERSION_DIFFERENCES_06: dict[str, str] = {}
 PACKCFG_BUGS_06: dict[str, str] = {}
 SAME_REJECTION_06: dict[tuple[str, str], str] = {}

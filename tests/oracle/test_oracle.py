@@ -98,7 +98,8 @@ def _load_case(path: Path):
         return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def _check(path: Path, bridge, tmp_path: Path) -> None:
+def _check(path: Path, bridge, tmp_path: Path):
+    """Compare Bridge and packcfg on one case (asserts); returns Bridge's verdict."""
     name = path.name
     case, load_error = _load_case(path)
     if case is None:
@@ -119,7 +120,9 @@ def _check(path: Path, bridge, tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
     renamed = tmp_path / name
-    OmegaConf.save(OmegaConf.create(to_bridge(case, LINE)), renamed)
+    pretrained = tmp_path / "pretrained_checkpoint"
+    pretrained.mkdir()
+    OmegaConf.save(OmegaConf.create(to_bridge(case, LINE, pretrained)), renamed)
     verdict = bridge.verdict(recipe, renamed, case)
 
     # packcfg sees the same merge; the launch section (world size) stays with it.
@@ -146,7 +149,7 @@ def _check(path: Path, bridge, tmp_path: Path) -> None:
         if name in VERSION_DIFFERENCES:
             # packcfg follows current Bridge here; it must still say something about it.
             assert expected <= set(codes), f"{detail} ({VERSION_DIFFERENCES[name]})"
-            return
+            return verdict
         assert errors, f"packcfg bug: Bridge rejects, packcfg reports no error: {detail}"
         missing = {c for c in expected - errors if (name, c) not in SAME_REJECTION}
         assert not missing, f"packcfg bug: Bridge rejects and packcfg misses {sorted(missing)}: {detail}"
@@ -163,6 +166,28 @@ def _check(path: Path, bridge, tmp_path: Path) -> None:
     assert not unexplained, (
         f"packcfg errors Bridge {VERSION} does not raise and no reason is listed {sorted(unexplained)}: {detail}"
     )
+    return verdict
+
+
+# Checks Bridge 0.6's validate() makes and 0.3.1's does not (CUDA-graph padding, the dataset's packing switch and
+# specs, in-batch alignment, cp_comm_type, local CUDA graphs): on 0.6 these cases must be rejected by Bridge
+# itself, with the message packcfg's code stands for, so the agreement above is about a real rejection.
+ONLY_IN_06 = {
+    "CG501_pad_cu_no_fixed_width.yaml": "CG501",
+    "CG502_te_graphs_variable_width.yaml": "CG502",
+    "CG503_attn_graphs_no_pad_cu.yaml": "CG503",
+    "CG507_local_scoped_graphs.yaml": "CG507",
+    "PK102_flag_without_specs.yaml": "PK102",
+    "PK103_size_zero.yaml": "PK103",
+    "CP205_a2a_p2p_no_sizes.yaml": "CP205",
+}
+
+
+@pytest.mark.skipif(LINE != "0.6", reason="checks that exist only in Bridge 0.6")
+@pytest.mark.parametrize(("name", "code"), sorted(ONLY_IN_06.items()))
+def test_06_only_checks_are_bridges_own_rejections(name, code, bridge, tmp_path):
+    verdict = _check(REPO / "tests" / "cases" / name, bridge, tmp_path)
+    assert verdict.rejected and code in bridge_codes(verdict.message), (name, verdict)
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
