@@ -193,3 +193,16 @@ def test_pk103_names_the_031_meaning_of_a_non_positive_size() -> None:
         d for d in lint_text(bridge_target(text.rsplit("launch:", 1)[0], "0.6.2")) if d.code == "PK103"
     ]
     assert "train unpacked" not in current.message
+
+
+def test_cuda_graph_modules_and_scope_are_joined_as_bridge_reads_them() -> None:
+    """Bridge 0.6's cuda_graph_module_names joins both lists and drops `full` (found by the 0.6 oracle: a 0.6
+    recipe dump carries `cuda_graph_modules: full`, and a user's `cuda_graph_scope: [moe_router]` beside it
+    captures the router only, not attention)."""
+    graphs = "  cuda_graph_impl: transformer_engine\n  cuda_graph_modules: full\n"
+    base = BASE.replace("  calculate_per_token_loss: true\n", "  calculate_per_token_loss: true\n" + graphs)
+    assert "CG503" in {d.code for d in lint_text(base)}  # `full` alone: the whole layer, attention included
+    router = base.replace(graphs, graphs + "  cuda_graph_scope:\n  - moe_router\n")
+    assert "CG503" not in {d.code for d in lint_text(router)}
+    attn = base.replace(graphs, graphs + "  cuda_graph_scope:\n  - attn\n")
+    assert "CG503" in {d.code for d in lint_text(attn)}
