@@ -283,5 +283,8 @@ def test_fix_never_renames_for_a_bridge_that_reads_the_old_spelling(tmp_path: Pa
     path.write_text(LEGACY)
     assert main(["lint", str(path), "--fix", *args]) == 0
     text = path.read_text()
-    assert "  packed_sequence_specs:   # old spelling\n    packed_sequence_size: 512\n    pad_seq_to_mult: 4\n" in text
+    assert (
+        "  packed_sequence_specs:   # old spelling\n    packed_sequence_size: 512\n    pad_seq_to_mult: 4\n"
+        in text
+    )
     assert "offline_packing_specs" not in text and "enable_offline_packing" not in text
