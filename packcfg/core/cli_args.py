@@ -5,6 +5,8 @@
   Bridge's scripts take them (`packcfg.core.overrides`); `-o KEY=VALUE` / `--set KEY=VALUE` (and `--override`)
   are aliases for one override.
 - `--recipe NAME`: merge the files over a Bridge base recipe (`recipe.base`; `packcfg.core.base_recipes`).
+- `--bridge-version V`: the Megatron Bridge release the config targets: the override `++launch.bridge.version=V`
+  (lint's advice follows it, `packcfg.core.bridge_version`; so does `launch.engine: bridge`).
 - `--out DIR`: an output folder, wherever a command writes one. `-o` is never an output folder (`render -o DIR`
   still works for one release, with a deprecation line on stderr).
 
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 RECIPE_OVERRIDE = "++recipe.base="
+BRIDGE_VERSION_OVERRIDE = "++launch.bridge.version="
 
 
 class _AppendOverrides(argparse.Action):
@@ -59,6 +62,22 @@ class _OverrideOrDeprecatedOut(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _BridgeVersion(argparse.Action):
+    """`--bridge-version V` is the override `++launch.bridge.version=V`; a value that is no version is a usage
+    error (exit 2, one line)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        from packcfg.core.bridge_version import check_version_text
+
+        try:
+            version = check_version_text(str(values))
+        except ValueError as exc:
+            parser.error(str(exc))
+        items = list(getattr(namespace, "overrides", None) or [])
+        items.append(f"{BRIDGE_VERSION_OVERRIDE}{version}")
+        namespace.overrides = items
+
+
 def add_merge_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -67,7 +86,7 @@ def add_merge_arguments(
     short_override: bool = True,
 ) -> None:
     """`-c FILE` (args.config_files), overrides (args.overrides: positional `KEY=VALUE`s after the config,
-    and `-o`/`--set`/`--override KEY=VALUE`) and `--recipe NAME`, merged in that order over the main config,
+    and `-o`/`--set`/`--override KEY=VALUE`), `--recipe NAME` and `--bridge-version V`, merged in that order over the main config,
     as `packcfg.core.config.load_config` does. `short_override=False` leaves `-o` to the caller (render)."""
     parser.add_argument(
         *config_flags,
@@ -101,6 +120,13 @@ def add_merge_arguments(
         metavar="NAME",
         help="merge the config over this Megatron Bridge recipe's values (as recipe.base: NAME); "
         "`packcfg lint --list-recipes` lists them",
+    )
+    parser.add_argument(
+        "--bridge-version",
+        action=_BridgeVersion,
+        metavar="VERSION",
+        help="the Megatron Bridge release the config targets, e.g. 0.3.1 or 0.6.2 (as ++launch.bridge.version=V): "
+        "lint never advises a rename or a repack that release cannot read",
     )
     parser.set_defaults(overrides=[])
 

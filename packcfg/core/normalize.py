@@ -59,6 +59,16 @@ def _move(
     return True
 
 
+def legacy_packing_off(specs: Any) -> bool:
+    """Whether `packed_sequence_specs` (the Bridge < 0.6 spelling) leaves packing off: a mapping whose
+    packed_sequence_size is absent (default -1) or an integer <= 0. Any other value (a positive size, a wrong
+    type, an interpolation lint cannot resolve) keeps the old reading, packing on, for the rules to judge."""
+    if not isinstance(specs, dict):
+        return False
+    size = specs.get("packed_sequence_size", -1)
+    return isinstance(size, int) and not isinstance(size, bool) and size <= 0
+
+
 def normalize(raw: Any) -> Normalized:
     """The config with legacy spellings mapped to current ones (see LEGACY_MOVES and the specs rename)."""
     if not isinstance(raw, dict):
@@ -71,10 +81,13 @@ def normalize(raw: Any) -> Normalized:
         specs = dataset.pop(LEGACY_SPECS[1])
         dataset[SPECS[1]] = specs
         renamed[SPECS] = LEGACY_SPECS
-        # Legacy meaning: non-null specs switched offline packing on; there was no separate flag.
+        # Legacy meaning: non-null specs with a positive packed_sequence_size switched offline packing on;
+        # there was no separate flag. A size <= 0 (or none: the default is -1) meant packing off in every
+        # Bridge that reads this spelling (v0.3.1 data/datasets/packed_sequence.py:209-213, training/config.py
+        # :1561-1565, data/builders/finetuning_dataset.py:77-166; likewise through v0.5.x).
         # The synthesised flag is not recorded in `renamed`: it was written nowhere, so a fix that sets it
         # must add the key (not edit the legacy one), and a diagnostic about it points at `dataset`.
-        if specs is not None and ENABLE_OFFLINE[1] not in dataset:
+        if specs is not None and ENABLE_OFFLINE[1] not in dataset and not legacy_packing_off(specs):
             dataset[ENABLE_OFFLINE[1]] = True
 
     for old, new in LEGACY_MOVES:

@@ -9,6 +9,7 @@ from packcfg.core.config import get_path
 from packcfg.core.diagnostics import ConfigPath, Position
 
 if TYPE_CHECKING:
+    from packcfg.core.bridge_version import BridgeTarget
     from packcfg.lint.facts import Facts
 
 _MISSING: Any = object()
@@ -34,6 +35,14 @@ class RuleContext:
     pack_metadata: list[dict[str, Any]] | None = None  # for PK131, when known
     schema_issues: list[Any] = field(default_factory=list)  # SchemaIssue from core.schema.validate
     check_paths: bool = False  # `lint --check-paths`: rules may look at the file system (DS704)
+    bridge: BridgeTarget | None = None  # the target Megatron Bridge release (packcfg.core.bridge_version)
+
+    @property
+    def target(self) -> BridgeTarget:
+        """The target Bridge release; unknown when the engine did not set one."""
+        from packcfg.core.bridge_version import UNKNOWN
+
+        return self.bridge if self.bridge is not None else UNKNOWN
 
     def has(self, path: ConfigPath) -> bool:
         return self.get(path, _MISSING) is not _MISSING

@@ -172,6 +172,8 @@ def _run_rules(
     from packcfg.lint.context import RuleContext
     from packcfg.lint.facts import derive
 
+    bridge = _bridge_target(located)
+
     def pipeline(raw: dict[str, Any], report: Callable[[str, BaseException], None]) -> Any:
         """normalise -> schema -> facts -> every rule: (ctx, [(code, finding)]), or None without facts."""
         config: dict[str, Any] = raw
@@ -200,6 +202,7 @@ def _run_rules(
             pack_metadata=pack_metadata,
             schema_issues=schema_issues,
             check_paths=check_paths,
+            bridge=bridge,
         )
         found: list[tuple[str, Any]] = []
         for code, rule in rules.items():
@@ -247,6 +250,24 @@ def _run_rules(
             )
         )
     return out
+
+
+def _bridge_target(located: LocatedConfig) -> Any:
+    """The Megatron Bridge release the config targets (`packcfg.core.bridge_version.target_of`): spellings count
+    only where the user wrote them, not where a base recipe's snapshot did."""
+    from packcfg.core.bridge_version import target_of
+    from packcfg.core.config import is_override_source
+
+    def user_written(path: tuple[str, ...]) -> bool:
+        where = located.sources.exact(path)
+        return where is None or not is_base_source(where.file)
+
+    version_at = located.sources.exact(("launch", "bridge", "version"))
+    return target_of(
+        located.data,
+        user_written,
+        from_command_line=version_at is not None and is_override_source(version_at.file),
+    )
 
 
 def _key(code: str, finding: Any) -> tuple[str, tuple[str, ...], str]:

@@ -172,6 +172,17 @@ def cuda_graph_module_list(value: Any) -> tuple[str, ...] | None:
     return None
 
 
+NOT_MODULES = ("full", "full_iteration", "full_iteration_inference")
+
+
+def _joined_modules(modules: Any, scope: Any) -> tuple[str, ...] | None:
+    """`cuda_graph_modules` then `cuda_graph_scope`, duplicates dropped; None when either is wrong-typed."""
+    first, second = cuda_graph_module_list(modules), cuda_graph_module_list(scope)
+    if first is None or second is None:
+        return None
+    return tuple(dict.fromkeys((*first, *second)))
+
+
 def _impl(value: Any) -> str | None:
     """A `*_cuda_graph_impl` value: absent or null is "none"; a non-string is unknown (SC002's concern)."""
     if value is None:
@@ -237,8 +248,11 @@ def derive(config: dict[str, Any], profile: str = "current") -> Facts:
     sp = as_bool(model.get("sequence_parallel"), False)
     eval_cp = as_int(dist.get("eval_context_parallel_size"), None)
 
-    nodes = as_int(launch.get("nodes"), 1) if launch else None
-    gpn = as_int(launch.get("gpus_per_node"), 1) if launch else None
+    # A launch section that only names the target Bridge (`--bridge-version` is `++launch.bridge.version=V`)
+    # describes no job: the world size stays unknown, as without a launch section.
+    layout = any(key != "bridge" for key in launch)
+    nodes = as_int(launch.get("nodes"), 1) if layout else None
+    gpn = as_int(launch.get("gpus_per_node"), 1) if layout else None
     world = nodes * gpn if nodes is not None and gpn is not None else None
     dp = None
     if world is not None and None not in (tp, pp, cp) and world % (tp * pp * cp) == 0:  # type: ignore[operator]
@@ -279,14 +293,17 @@ def derive(config: dict[str, Any], profile: str = "current") -> Facts:
     # CUDA graphs (rules.md definitions)
     graph_impl = model.get("cuda_graph_impl", "none")
     graph_impl = graph_impl if isinstance(graph_impl, str) else None
-    raw_modules = model.get("cuda_graph_modules", model.get("cuda_graph_scope"))
-    modules = cuda_graph_module_list(raw_modules)
+    # Bridge reads both lists and joins them (v0.6.0 utils/cuda_graph.py:65-74 cuda_graph_module_names): a dump
+    # that carries megatron-core's default `cuda_graph_modules: full` beside a user's `cuda_graph_scope:
+    # [moe_router]` captures the router only.
+    modules = _joined_modules(model.get("cuda_graph_modules"), model.get("cuda_graph_scope"))
     mod_list = modules or ()
     full_iteration = graph_impl == "full_iteration" or (
         graph_impl == "local" and "full_iteration" in mod_list
     )
     training_graphs = full_iteration or graph_impl == "transformer_engine"
-    whole_layer = modules is not None and (not mod_list or "full" in mod_list)
+    # "full" (and the full-iteration names) are no module: only them, or nothing, is the whole layer
+    whole_layer = modules is not None and not [m for m in mod_list if m not in NOT_MODULES]
     attention_graphs = full_iteration or (
         graph_impl == "transformer_engine" and (whole_layer or any("attn" in m for m in mod_list))
     )

@@ -19,6 +19,18 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Example:
+    """One more case of a rule, for behaviour the failing/passing pair cannot show (e.g. what changes with the
+    target Bridge version). The generic test runs it like the pair; `packcfg explain` prints it."""
+
+    title: str  # one line: what this case shows
+    yaml: str  # a complete experiment YAML
+    fires: bool  # whether the rule reports it
+    severity: Severity | None = None  # when it fires: the severity it is reported at (None: the rule's own)
+    fixed: str | None = None  # when it fires with a fix: the YAML after `--fix`; None: it offers no fix
+
+
+@dataclass(frozen=True)
 class RuleDocs:
     what: str
     why: str
@@ -26,6 +38,7 @@ class RuleDocs:
     passing: str  # the closest YAML on which it stays quiet
     source: str
     fixed: str | None = None  # for fixable rules: `failing` after `--fix`, byte for byte
+    examples: tuple[Example, ...] = ()  # more cases (fires or not, fixed or not), each checked by the tests
 
 
 @dataclass(frozen=True)

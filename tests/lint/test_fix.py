@@ -254,16 +254,37 @@ def test_real_rules_fix_a_legacy_spelling_and_a_value_under_it(tmp_path: Path, c
     to the spelling in the file, so both apply in one run and the re-lint is clean."""
     path = tmp_path / "legacy.yaml"
     path.write_text(LEGACY)
-    before = {d.code: d for d in engine.lint_file(path)}
+    target = ["++launch.bridge.version=0.6.2"]  # what --bridge-version 0.6.2 adds
+    before = {d.code: d for d in engine.lint_file(path, overrides=target)}
     assert {"DP801", "CP203"} <= set(before)
     assert before["CP203"].fix is not None
     assert before["CP203"].fix.edits[0].path == ("dataset", "packed_sequence_specs", "pad_seq_to_mult")
-    assert main(["lint", str(path), "--fix"]) == 0
+    assert main(["lint", str(path), "--fix", "--bridge-version", "0.6.2"]) == 0
     text = path.read_text()
     assert (
         "  offline_packing_specs:   # old spelling\n    packed_sequence_size: 512\n    pad_seq_to_mult: 4\n"
         in text
     )
     assert "  enable_offline_packing: true\n" in text
+    assert "launch" not in text  # the target came from the command line, never written into the file
     fixable = {"PK110", "PK150", "CP203", "LS301", "LS302", "DS701", "DP801", "DP802"}
-    assert not fixable & {d.code for d in engine.lint_file(path)}
+    assert not fixable & {d.code for d in engine.lint_file(path, overrides=target)}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--profile", "legacy"], ["--bridge-version", "0.3.1"], ["-o", "launch.bridge.version=0.5.0"]],
+    ids=["inferred", "profile-legacy", "flag-0.3.1", "override-0.5.0"],
+)
+def test_fix_never_renames_for_a_bridge_that_reads_the_old_spelling(tmp_path: Path, args: list[str]) -> None:
+    """Bridge < 0.6 reads only packed_sequence_specs: --fix applies the other fixes (CP203) and keeps the
+    spelling, whether the target is named or inferred from the spelling itself (issue 21)."""
+    path = tmp_path / "legacy.yaml"
+    path.write_text(LEGACY)
+    assert main(["lint", str(path), "--fix", *args]) == 0
+    text = path.read_text()
+    assert (
+        "  packed_sequence_specs:   # old spelling\n    packed_sequence_size: 512\n    pad_seq_to_mult: 4\n"
+        in text
+    )
+    assert "offline_packing_specs" not in text and "enable_offline_packing" not in text

@@ -41,6 +41,32 @@ def test_fix_turns_failing_into_fixed(code: str) -> None:
     assert code not in {d.code for d in lint_text(fixed)}
 
 
+EXAMPLES = [(code, i) for code, r in sorted(RULES.items()) for i in range(len(r.docs.examples))]
+
+
+@pytest.mark.parametrize(("code", "index"), EXAMPLES)
+def test_more_examples(code: str, index: int) -> None:
+    """A rule's further cases (e.g. per target Bridge version): it fires or not as the case says, at the severity
+    it names, and fixes exactly to `fixed`, or offers no fix where `fixed` is None."""
+    from packcfg.lint.fix import apply_edits
+
+    rule = RULES[code]
+    case = rule.docs.examples[index]
+    found = [d for d in lint_text(case.yaml, filename=f"{code}_example{index}.yaml") if d.code == code]
+    assert bool(found) == case.fires, (case.title, [d.to_dict() for d in found])
+    if not case.fires:
+        return
+    assert {d.severity for d in found} == {case.severity or rule.severity}, case.title
+    if case.fixed is None:
+        assert all(d.fix is None for d in found), case.title
+        return
+    edits = [e for d in found for e in d.fix.edits]  # type: ignore[union-attr]
+    fixed, problems = apply_edits(case.yaml, edits)
+    assert problems == []
+    assert fixed == case.fixed, case.title
+    assert code not in {d.code for d in lint_text(fixed)}
+
+
 def test_every_rule_has_complete_docs() -> None:
     for code, rule in RULES.items():
         assert rule.docs.what and rule.docs.why and rule.docs.source, code

@@ -1,4 +1,8 @@
-"""The Bridge side of the oracle: a Bridge 0.3.1 recipe function + a case as an override file + validate().
+"""The Bridge side of the oracle: a Bridge recipe function + a case as an override file + validate().
+
+Two Bridge lines, one per oracle venv (the installed `megatron-bridge` decides, `LINE`): 0.3.1 (with
+megatron-core 0.16.1) and 0.6.x (0.6.2 with megatron-core 0.19.2, forced onto Python 3.11, see
+/work/shared/spec/environment.md). What differs on 0.6 is at the end of this docstring.
 
 Runs only in the oracle venv (see conftest.py). The merge is Bridge's own:
 `megatron.bridge.training.utils.omegaconf_utils.process_config_with_overrides(cfg, config_filepath=FILE)`
@@ -23,6 +27,24 @@ rewrites them (and nothing else) before the merge, and the packcfg side lints th
   Bridge 0.3.1's apply_overrides re-instantiates the dataset config from the merged dict and leaves the nested
   packed_sequence_specs a plain dict, so validate() fails with AttributeError whatever the values: a 0.3.1
   quirk of override files that name classes, not a packing check.)
+
+On Bridge 0.6.x (`to_06`) the cases keep their (current) field names; the rewrite is the other way round and
+only what makes the case replace the recipe's own data settings, as a user's override file means them:
+- legacy spellings become 0.6's: `packed_sequence_specs` -> `offline_packing_specs` (+ `enable_offline_packing:
+  true` when its size is positive, the < 0.6 meaning), `pack_sequences_in_batch` -> `enable_in_batch_packing`;
+- the case's offline packing replaces the recipe's: `enable_offline_packing: false` and `offline_packing_specs:
+  null` unless the case sets them (0.6's GPT SFT recipes pack by default); specs get 0.6's class;
+- a case with `dataset.dataset_root` replaces the recipe's Hugging Face source (`hf_dataset` and its split and
+  output settings null, `hf_rewrite: false`): 0.6 wants exactly one source (GPTSFTDatasetConfig.validate(),
+  data/builders/gpt_sft.py);
+- `checkpoint.pretrained_checkpoint` points at an existing temporary folder: 0.6 checks that it exists, and a
+  case means "the checkpoint is there";
+- packcfg's own sections and `_target_` keys are dropped, as for 0.3.1.
+Recipes are looked up by name in 0.6's `megatron.bridge.recipes` (VLM recipes are `*_sft_config` /
+`*_peft_config` there, `*_finetune_config` in 0.3.1), built with their defaults, and packcfg lints the same merge
+over the recipe's own `to_yaml()` written on the fly (`Bridge.snapshot`): packcfg's shipped snapshots are 0.3.1's.
+Recipes that pin a Hugging Face revision (0.6's Qwen3 recipes) find their config under that revision in the
+offline cache (`Bridge._pin_revisions`).
 """
 
 from __future__ import annotations
@@ -38,7 +60,30 @@ from pathlib import Path
 from typing import Any
 
 PACKCFG_SECTIONS = ("recipe", "launch", "dpo")
-SPECS_CLASS = "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs"
+SPECS_CLASS = "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs"  # v0.3.1
+SPECS_CLASS_06 = (
+    "megatron.bridge.data.packing.config.PackedSequenceSpecs"  # v0.6.0: data/packing/config.py:27
+)
+
+
+def installed_version() -> str:
+    """The installed megatron-bridge version ("0.3.1", "0.6.2"); "" without one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("megatron-bridge")
+    except PackageNotFoundError:
+        return ""
+
+
+def line_of(version: str) -> str:
+    """The line: 0.6 for Bridge 0.6 and later (the renamed packing fields, GPTSFTDatasetConfig), else 0.3."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return "0.6" if m and (int(m[1]), int(m[2])) >= (0, 6) else "0.3"
+
+
+VERSION = installed_version()
+LINE = line_of(VERSION)
 
 # model._target_ class name (current and 0.3.1 spellings) -> Bridge 0.3.1 recipe stem.
 MODEL_RECIPES: list[tuple[str, str]] = [
@@ -75,8 +120,8 @@ class Verdict:
     )  # case keys Bridge 0.3.1 skipped (not a field there)
 
 
-def recipe_for(case: dict[str, Any]) -> tuple[str | None, str]:
-    """The Bridge 0.3.1 recipe function a case is merged over, or (None, why not)."""
+def recipe_for(case: dict[str, Any], line: str = "0.3") -> tuple[str | None, str]:
+    """The Bridge recipe function (of `line`) a case is merged over, or (None, why not)."""
     model = case.get("model") or {}
     recipe = case.get("recipe") or {}
     target = str(model.get("_target_", "")) if isinstance(model, dict) else ""
@@ -96,9 +141,9 @@ def recipe_for(case: dict[str, Any]) -> tuple[str | None, str]:
         if cls in ("", "GPTModelProvider"):
             stem = next((s for pat, s in HF_RECIPES if re.search(pat, ids)), None)
     if stem is None:
-        return None, f"no Bridge 0.3.1 recipe for model {cls or '?'}"
+        return None, f"no Bridge {line} recipe mapped for model {cls or '?'}"
     mode = recipe.get("mode") if isinstance(recipe, dict) else None
-    if stem.startswith(VLM_STEMS):
+    if stem.startswith(VLM_STEMS) and line == "0.3":
         task = "finetune"
     elif mode == "peft" or case.get("peft"):
         task = "peft"
@@ -138,6 +183,58 @@ def to_031(case: dict[str, Any]) -> dict[str, Any]:
     elif ds is None and "dataset" not in out:
         out["dataset"] = {"packed_sequence_specs": None}
     return out
+
+
+# The recipe's Hugging Face source fields (r0.6.0 data/builders/gpt_sft.py, GPTSFTDatasetConfig): a case that
+# names `dataset_root` replaces them, as 0.6 allows exactly one source.
+HF_SOURCE_FIELDS = (
+    "hf_dataset",
+    "hf_validation_dataset",
+    "hf_test_dataset",
+    "hf_output_root",
+    "hf_validation_proportion",
+)
+
+
+def to_06(case: dict[str, Any], pretrained_dir: Path | None = None) -> dict[str, Any]:
+    """The case as an override file for a Bridge 0.6.x recipe (see the module docstring)."""
+    out = {k: _drop_targets(copy.deepcopy(v)) for k, v in case.items() if k not in PACKCFG_SECTIONS}
+    ds = out.get("dataset")
+    if ds is None and "dataset" not in out:
+        ds = out["dataset"] = {}
+    if isinstance(ds, dict):
+        if "packed_sequence_specs" in ds and "offline_packing_specs" not in ds:
+            legacy = ds.pop("packed_sequence_specs")
+            ds["offline_packing_specs"] = legacy
+            size = legacy.get("packed_sequence_size", -1) if isinstance(legacy, dict) else None
+            on = legacy is not None and not (
+                isinstance(size, int) and not isinstance(size, bool) and size <= 0
+            )
+            ds.setdefault("enable_offline_packing", on)
+            if not on:
+                ds["offline_packing_specs"] = None  # packing off in the < 0.6 meaning
+        if "pack_sequences_in_batch" in ds and "enable_in_batch_packing" not in ds:
+            ds["enable_in_batch_packing"] = ds.pop("pack_sequences_in_batch")
+        ds.setdefault("enable_offline_packing", False)
+        ds.setdefault("offline_packing_specs", None)
+        if isinstance(ds.get("offline_packing_specs"), dict):
+            # Over a recipe whose specs are None, apply_overrides would set a plain dict: name the class.
+            ds["offline_packing_specs"] = {"_target_": SPECS_CLASS_06, **ds["offline_packing_specs"]}
+        if ds.get("dataset_root") is not None:
+            for key in HF_SOURCE_FIELDS:
+                ds.setdefault(key, None)
+            ds.setdefault("hf_rewrite", False)
+    ckpt = out.get("checkpoint")
+    if isinstance(ckpt, dict) and ckpt.get("pretrained_checkpoint") and pretrained_dir is not None:
+        # 0.6's CheckpointConfig checks that the folder exists (0.3.1 does not); the case means "one exists".
+        ckpt["pretrained_checkpoint"] = str(pretrained_dir)
+    return out
+
+
+def to_bridge(case: dict[str, Any], line: str = LINE, pretrained_dir: Path | None = None) -> dict[str, Any]:
+    """The case as an override file for the installed Bridge line (`pretrained_dir`: an existing folder that
+    stands for the case's `checkpoint.pretrained_checkpoint` on 0.6, which checks that it exists)."""
+    return to_06(case, pretrained_dir) if line == "0.6" else to_031(case)
 
 
 def world_size(case: dict[str, Any], cfg) -> int:
@@ -183,12 +280,15 @@ class _Skipped(logging.Handler):
 
 
 class Bridge:
-    """One import of Bridge 0.3.1 (with the CPU stand-ins) shared by the whole session."""
+    """One import of the installed Bridge (with the CPU stand-ins) shared by the whole session."""
 
     def __init__(self, hf_home: Path):
         cpu_env = load_script("cpu_env")
         gen = load_script("recipes")
         cpu_env.setup(hf_home)
+        self.version, self.line = VERSION, LINE
+        if self.line == "0.6":
+            self._pin_revisions(Path(os.environ["HF_HUB_CACHE"]))
         import megatron.bridge.recipes as bridge_recipes
         from megatron.bridge.training.config import runtime_config_update
         from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
@@ -200,12 +300,71 @@ class Bridge:
         self.gen = gen
         self._update = runtime_config_update
         self._process = process_config_with_overrides
+        self._snapshots = Path(hf_home) / "snapshots"
+        self._snapshots.mkdir(exist_ok=True)
+
+    @staticmethod
+    def _pin_revisions(hub: Path) -> None:
+        """Bridge 0.6's Qwen3 recipes load their HF config at a pinned revision
+        (`AutoBridge.from_hf_pretrained(_QWEN3_8B_MODEL_ID, revision=_QWEN3_8B_MODEL_REVISION)`,
+        recipes/qwen/h100/qwen3.py): give the offline cache's config.json under those revisions too. The
+        constants are read from the recipe modules' source (importing them needs the cache already)."""
+        import importlib.util
+
+        spec = importlib.util.find_spec("megatron.bridge.recipes")
+        if spec is None or not spec.submodule_search_locations:
+            return
+        for folder in spec.submodule_search_locations:
+            for path in Path(folder).rglob("*.py"):
+                text = path.read_text(encoding="utf-8", errors="replace")
+                consts = dict(re.findall(r"^(_[A-Z0-9_]+)\s*=\s*[\"']([^\"']+)[\"']", text, re.MULTILINE))
+                for name, revision in consts.items():
+                    model_id = consts.get(name.removesuffix("_REVISION") + "_ID")
+                    if not name.endswith("_MODEL_REVISION") or model_id is None:
+                        continue
+                    repo = hub / ("models--" + model_id.replace("/", "--"))
+                    main = repo / "snapshots" / ("0" * 40) / "config.json"
+                    pinned = repo / "snapshots" / revision / "config.json"
+                    if main.exists() and not pinned.exists():
+                        pinned.parent.mkdir(parents=True, exist_ok=True)
+                        pinned.write_bytes(main.read_bytes())
 
     def has(self, name: str) -> bool:
+        if self.line == "0.6":
+            return callable(getattr(self.recipes, name, None))
         return name in self.index
 
+    def build(self, recipe: str):
+        """The recipe's config as run_recipe.py loads it (0.3.1: `load_recipe(name, peft_scheme=None)`; 0.6:
+        the function with its defaults, as `load_recipe` calls it without a PEFT scheme or sequence length)."""
+        if self.line == "0.6":
+            return getattr(self.recipes, recipe)()
+        return self.gen.build(self.gen.resolve(self.index[recipe]["function"]))
+
+    def snapshot(self, recipe: str) -> Path:
+        """The recipe's `ConfigContainer.to_yaml()` (what packcfg merges the case over), written once."""
+        path = self._snapshots / f"{recipe}.yaml"
+        if not path.exists():
+            import tempfile
+
+            cfg = self.build(recipe)
+            with tempfile.TemporaryDirectory() as tmp, self.gen._sets_as_lists():
+                dump = Path(tmp) / "r.yaml"
+                cfg.to_yaml(str(dump))
+                body = dump.read_text().replace(os.getcwd(), "${oc.env:PWD}")
+            part = path.with_suffix(".part")
+            part.write_text(body)
+            os.replace(part, path)
+        return path
+
+    def validate_recipe(self, recipe: str) -> tuple[int, str | None]:
+        """(smallest world, Bridge's message or None) for the recipe itself."""
+        cfg = self.build(recipe)
+        world = self.gen.min_world(cfg)
+        return world, self.gen.validate_at(cfg, world)
+
     def verdict(self, recipe: str, override_file: Path | None, case: dict[str, Any]) -> Verdict:
-        cfg = self.gen.build(self.gen.resolve(self.index[recipe]["function"]))
+        cfg = self.build(recipe)
         handler = _Skipped()
         log = logging.getLogger("megatron.bridge.training.utils.omegaconf_utils")
         log.addHandler(handler)

@@ -1,4 +1,9 @@
-"""Differential test: packcfg lint and Megatron Bridge 0.3.1's validate() agree on which configs Bridge rejects.
+"""Differential test: packcfg lint and Megatron Bridge's validate() agree on which configs Bridge rejects.
+
+It runs against the Bridge the venv has (bridge_side.LINE): 0.3.1 in one oracle venv, 0.6.x in the other, each
+with its own expectations (expectations.for_line), and packcfg lints with `--bridge-version` = that Bridge. On
+0.6 the recipes are 0.6's, packcfg merges the case over the recipe's own `to_yaml()` (bridge_side.Bridge.snapshot)
+and the case is rewritten by bridge_side.to_06 instead of to_031. Below, "0.3.1" is the line in use.
 
 For every case in tests/cases and every shipped recipe in recipes/ that Bridge 0.3.1 models (a recipe
 function exists for its model, see bridge_side.recipe_for), the config is built both ways:
@@ -26,17 +31,19 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from bridge_side import recipe_for, to_031
-from expectations import (
-    BRIDGE_CODES,
-    CASE_EXTRAS,
-    EXTRAS,
-    MISSING_RULES,
-    NOT_MODELLED,
-    PACKCFG_BUGS,
-    SAME_REJECTION,
-    VERSION_DIFFERENCES,
-)
+from bridge_side import LINE, VERSION, recipe_for, to_bridge
+from expectations import for_line
+
+_E = for_line(LINE)
+BRIDGE_CODES = _E.bridge_codes
+CASE_EXTRAS = _E.case_extras
+EXTRAS = _E.extras
+MISSING_RULES = _E.missing_rules
+NOT_MODELLED = _E.not_modelled
+PACKCFG_BUGS = _E.packcfg_bugs
+SAME_REJECTION = _E.same_rejection
+VERSION_DIFFERENCES = _E.version_differences
+TARGET = ("--bridge-version", VERSION)  # lint knows which Bridge judges the config
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "packcfg" / "data" / "bridge_recipes"
@@ -91,7 +98,8 @@ def _load_case(path: Path):
         return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def _check(path: Path, bridge, tmp_path: Path) -> None:
+def _check(path: Path, bridge, tmp_path: Path):
+    """Compare Bridge and packcfg on one case (asserts); returns Bridge's verdict."""
     name = path.name
     case, load_error = _load_case(path)
     if case is None:
@@ -101,27 +109,31 @@ def _check(path: Path, bridge, tmp_path: Path) -> None:
         return
     if not isinstance(case, dict):
         pytest.skip(f"{name}: not a mapping")
-    recipe, why = recipe_for(case)
+    recipe, why = recipe_for(case, LINE)
     if name in NOT_MODELLED:
         pytest.skip(f"{name}: {NOT_MODELLED[name]}")
     if recipe is None:
         pytest.skip(f"{name}: {why}")
-    if not bridge.has(recipe) or not (SNAPSHOTS / f"{recipe}.yaml").exists():
-        pytest.skip(f"{name}: recipe {recipe} is not in Bridge 0.3.1 or has no snapshot")
+    if not bridge.has(recipe) or (LINE == "0.3" and not (SNAPSHOTS / f"{recipe}.yaml").exists()):
+        pytest.skip(f"{name}: recipe {recipe} is not in Bridge {VERSION} or has no snapshot")
 
     from omegaconf import OmegaConf
 
     renamed = tmp_path / name
-    OmegaConf.save(OmegaConf.create(to_031(case)), renamed)
+    pretrained = tmp_path / "pretrained_checkpoint"
+    pretrained.mkdir()
+    OmegaConf.save(OmegaConf.create(to_bridge(case, LINE, pretrained)), renamed)
     verdict = bridge.verdict(recipe, renamed, case)
 
     # packcfg sees the same merge; the launch section (world size) stays with it.
     launch = tmp_path / f"launch_{name}"
     OmegaConf.save(OmegaConf.create({"launch": case["launch"]} if "launch" in case else {}), launch)
-    if _lint_takes_recipe():
-        args = ("--recipe", recipe, str(renamed), "-c", str(launch))
+    if LINE == "0.6":
+        args = ("-c", str(bridge.snapshot(recipe)), "-c", str(renamed), "-c", str(launch), *TARGET)
+    elif _lint_takes_recipe():
+        args = ("--recipe", recipe, str(renamed), "-c", str(launch), *TARGET)
     else:
-        args = ("-c", str(SNAPSHOTS / f"{recipe}.yaml"), "-c", str(renamed), "-c", str(launch))
+        args = ("-c", str(SNAPSHOTS / f"{recipe}.yaml"), "-c", str(renamed), "-c", str(launch), *TARGET)
     codes, text = packcfg_findings(*args)
     errors = {c for c, sev in codes.items() if sev == "error"}
 
@@ -137,7 +149,7 @@ def _check(path: Path, bridge, tmp_path: Path) -> None:
         if name in VERSION_DIFFERENCES:
             # packcfg follows current Bridge here; it must still say something about it.
             assert expected <= set(codes), f"{detail} ({VERSION_DIFFERENCES[name]})"
-            return
+            return verdict
         assert errors, f"packcfg bug: Bridge rejects, packcfg reports no error: {detail}"
         missing = {c for c in expected - errors if (name, c) not in SAME_REJECTION}
         assert not missing, f"packcfg bug: Bridge rejects and packcfg misses {sorted(missing)}: {detail}"
@@ -152,8 +164,30 @@ def _check(path: Path, bridge, tmp_path: Path) -> None:
         and not (verdict.rejected and code in {c for _, c in BRIDGE_CODES})
     }
     assert not unexplained, (
-        f"packcfg errors Bridge 0.3.1 does not raise and no reason is listed {sorted(unexplained)}: {detail}"
+        f"packcfg errors Bridge {VERSION} does not raise and no reason is listed {sorted(unexplained)}: {detail}"
     )
+    return verdict
+
+
+# Checks Bridge 0.6's validate() makes and 0.3.1's does not (CUDA-graph padding, the dataset's packing switch and
+# specs, in-batch alignment, cp_comm_type, local CUDA graphs): on 0.6 these cases must be rejected by Bridge
+# itself, with the message packcfg's code stands for, so the agreement above is about a real rejection.
+ONLY_IN_06 = {
+    "CG501_pad_cu_no_fixed_width.yaml": "CG501",
+    "CG502_te_graphs_variable_width.yaml": "CG502",
+    "CG503_attn_graphs_no_pad_cu.yaml": "CG503",
+    "CG507_local_scoped_graphs.yaml": "CG507",
+    "PK102_flag_without_specs.yaml": "PK102",
+    "PK103_size_zero.yaml": "PK103",
+    "CP205_a2a_p2p_no_sizes.yaml": "CP205",
+}
+
+
+@pytest.mark.skipif(LINE != "0.6", reason="checks that exist only in Bridge 0.6")
+@pytest.mark.parametrize(("name", "code"), sorted(ONLY_IN_06.items()))
+def test_06_only_checks_are_bridges_own_rejections(name, code, bridge, tmp_path):
+    verdict = _check(REPO / "tests" / "cases" / name, bridge, tmp_path)
+    assert verdict.rejected and code in bridge_codes(verdict.message), (name, verdict)
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
@@ -169,6 +203,37 @@ def test_shipped_recipe_agrees_with_bridge(path, bridge, tmp_path):
 SNAPSHOT_NAMES = sorted(INDEX.get("recipes", {}))
 
 
+def _recipes_06() -> list[str]:
+    """The 0.6 recipes the cases and shipped recipes are merged over, and both tasks of each model."""
+    names: set[str] = set()
+    for path in CASES + SHIPPED:
+        case, _ = _load_case(path)
+        if isinstance(case, dict):
+            recipe = recipe_for(case, "0.6")[0]
+            if recipe:
+                stem = recipe.rsplit("_", 2)[0]
+                names.update({f"{stem}_sft_config", f"{stem}_peft_config"})
+    return sorted(names - set(_E.not_modelled_recipes))
+
+
+@pytest.mark.skipif(LINE != "0.6", reason="Bridge 0.6's recipes, snapshotted on the fly")
+@pytest.mark.parametrize("name", _recipes_06() if LINE == "0.6" else [])
+def test_bridge_06_recipe_lints_as_bridge_validates(name, bridge):
+    """Bridge 0.6's own recipe (its to_yaml(), as a user's override file is merged over it) lints without errors
+    exactly when Bridge 0.6's runtime_config_update/validate() accepts it at its smallest world."""
+    if not bridge.has(name):
+        pytest.skip(f"{name} is not a Bridge {VERSION} recipe")
+    world, problem = bridge.validate_recipe(name)
+    errors, text = packcfg_errors(str(bridge.snapshot(name)), *TARGET)
+    if problem is None:
+        assert not errors, f"{name}: Bridge {VERSION} validates it at world {world}; packcfg: {text}"
+    else:
+        expected = bridge_codes(problem)
+        assert expected, f"unmapped Bridge {VERSION} rejection of {name}: {problem}"
+        assert errors == expected, f"{name}: Bridge rejects ({problem}); packcfg: {text or 'no error'}"
+
+
+@pytest.mark.skipif(LINE != "0.3", reason="packcfg's shipped snapshots are Bridge 0.3.1's")
 @pytest.mark.parametrize("name", SNAPSHOT_NAMES)
 def test_snapshot_lints_as_bridge_validates(name, request):
     """Bridge's own recipe lints without errors exactly when Bridge validates it (at its smallest world).
@@ -180,7 +245,7 @@ def test_snapshot_lints_as_bridge_validates(name, request):
     if name in PACKCFG_BUGS:
         request.applymarker(pytest.mark.xfail(reason=PACKCFG_BUGS[name], strict=True))
     entry = INDEX["recipes"][name]
-    errors, text = packcfg_errors(str(SNAPSHOTS / entry["file"]))
+    errors, text = packcfg_errors(str(SNAPSHOTS / entry["file"]), *TARGET)
     if entry["validates"]:
         assert not errors, f"{name}: Bridge validates it at world {entry['min_world_size']}; packcfg: {text}"
     else:
@@ -196,11 +261,13 @@ def test_every_shipped_recipe_and_most_cases_are_modelled(bridge):
     modelled = []
     for path in CASES + SHIPPED:
         case, _ = _load_case(path)
-        if isinstance(case, dict) and path.name not in NOT_MODELLED and recipe_for(case)[0]:
+        if isinstance(case, dict) and path.name not in NOT_MODELLED and recipe_for(case, LINE)[0]:
             modelled.append(path.name)
     assert len(modelled) >= 0.75 * len(CASES + SHIPPED), modelled
-    if os.environ.get("CI") == "true":
+    if os.environ.get("CI") == "true" and LINE == "0.3":
         assert SNAPSHOT_NAMES, "packcfg/data/bridge_recipes/index.json lists no recipes"
+    if LINE == "0.6":
+        assert len(_recipes_06()) >= 8, _recipes_06()
 
 
 def test_oracle_fails_when_packcfg_misses_or_adds_an_error(bridge, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bridge_side import LINE
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "packcfg" / "data" / "bridge_recipes"
@@ -83,6 +84,7 @@ def test_grad_accumulation_fusion_defaults_as_on_a_gpu_node(bridge):
 
 
 @pytest.mark.skipif(os.environ.get("PACKCFG_ORACLE_SNAPSHOTS") == "0", reason="snapshot check disabled")
+@pytest.mark.skipif(LINE != "0.3", reason="the shipped snapshots are Bridge 0.3.1's")
 def test_snapshots_match_the_generator(bridge, tmp_path):
     """packcfg/data/bridge_recipes is exactly what scripts/gen_bridge_recipes.py writes from this installation."""
     index = json.loads((SNAPSHOTS / "index.json").read_text())

@@ -38,6 +38,15 @@ def render(code: str) -> str | None:
     ]
     if d.fixed is not None:
         parts += ["After `packcfg lint --fix`:", _indent(d.fixed)]
+    for example in d.examples:
+        outcome = "fires" if example.fires else "passes"
+        if example.fires and example.severity is not None:
+            outcome += f" ({example.severity.value})"
+        if example.fires and rule.fixable:
+            outcome += ", fixed as below" if example.fixed is not None else ", no fix offered"
+        parts += [f"Also: {example.title} ({outcome}):", _indent(example.yaml)]
+        if example.fixed is not None:
+            parts += ["  After `packcfg lint --fix`:", _indent(example.fixed)]
     parts += ["Source:", _indent(d.source)]
     return "\n".join(parts)
 

@@ -42,3 +42,8 @@ def edit(*pairs: tuple[str, str], base: str = BASE) -> str:
 def after(anchor: str, lines: str, base: str = BASE) -> str:
     """`base` with `lines` inserted after the line `anchor` (matched exactly once)."""
     return edit((anchor + "\n", anchor + "\n" + lines), base=base)
+
+
+def bridge_target(yaml: str, version: str) -> str:
+    """`yaml` with a `launch` section that names the target Megatron Bridge release (as --bridge-version does)."""
+    return yaml + f"launch:\n  bridge:\n    version: {version}\n"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import PurePosixPath
 
 from packcfg.core.diagnostics import Fix, Severity
 from packcfg.core.schema import value_repr
 from packcfg.lint.context import RuleContext
-from packcfg.lint.registry import Finding, RuleDocs, rule
-from packcfg.lint.rules._examples import BASE, edit
+from packcfg.lint.registry import Example, Finding, RuleDocs, rule
+from packcfg.lint.rules._examples import BASE, bridge_target, edit
 from packcfg.lint.rules._helpers import is_pos_int, set_edit, spec_path
 
 PACKED_PATH_KEYS = ("packed_train_data_path", "packed_val_data_path")
@@ -145,6 +146,22 @@ def _is_packed_path(path: str) -> bool:
     return low.endswith(PACKED_SUFFIXES) or low.endswith("*")
 
 
+def _path_example(path: str, legacy: bool = False) -> str:
+    """BASE with a packed training path (in the Bridge < 0.6 spelling when `legacy`)."""
+    out = edit(
+        (
+            "    packed_sequence_size: 4096\n",
+            f"    packed_sequence_size: 4096\n    packed_train_data_path: {path}\n",
+        )
+    )
+    if legacy:
+        out = edit(
+            ("  enable_offline_packing: true\n  offline_packing_specs:\n", "  packed_sequence_specs:\n"),
+            base=out,
+        )
+    return out
+
+
 @rule(
     "DS704",
     Severity.ERROR,
@@ -164,12 +181,39 @@ def _is_packed_path(path: str) -> bool:
                 "    packed_sequence_size: 4096\n    packed_train_data_path: packed/train.parquet\n",
             )
         ),
-        source="Megatron Bridge data/packing/config.py (main 067f987, packed path checks)",
+        examples=(
+            Example(
+                "target Bridge 0.3.1 (a Bridge YAML handed to it as is): it reads packed data only as .npy",
+                bridge_target(_path_example("packed/train.parquet", legacy=True), "0.3.1"),
+                fires=True,
+            ),
+            Example(
+                "target Bridge 0.3.1 with a .npy file",
+                bridge_target(_path_example("packed/train.npy", legacy=True), "0.3.1"),
+                fires=False,
+            ),
+        ),
+        source="Megatron Bridge data/packing/config.py (main 067f987, packed path checks); v0.3.1 "
+        "data/datasets/packed_sequence.py:255,268 (.npy only)",
     ),
 )
 def ds704(ctx: RuleContext) -> Iterator[Finding]:
+    # Bridge 0.3.x reads packed files only as .npy (v0.3.1 data/datasets/packed_sequence.py:255 and 268 assert
+    # `Path(...).suffix == ".npy"`). Not when packcfg runs the job: its executor reads Parquet, and the bridge
+    # engine hands 0.3.x the .npy beside the Parquet (`packcfg pack --bridge-npy`).
+    npy_only = ctx.target.reads_parquet is False and ctx.get(("launch", "engine")) not in (
+        "bridge",
+        "packcfg",
+    )
     for key, value in packed_paths(ctx):
-        if not _is_packed_path(value):
+        if npy_only and PurePosixPath(value).suffix != ".npy":
+            yield Finding(
+                f"offline_packing_specs.{key} {value!r}: {ctx.target.describe()} reads packed data only as a .npy "
+                "file (Parquet from Bridge 0.4)",
+                at=spec_path(key),
+                hint="packcfg pack --bridge-npy writes the .npy beside the Parquet",
+            )
+        elif not _is_packed_path(value):
             yield Finding(
                 f"offline_packing_specs.{key} {value!r} is not a .parquet/.pq file, directory or glob (or .npy)",
                 at=spec_path(key),

@@ -6,10 +6,11 @@ import re
 from collections.abc import Iterator
 
 from packcfg.core.diagnostics import Fix, Severity
+from packcfg.core.normalize import LEGACY_SPECS
 from packcfg.core.schema import value_repr
 from packcfg.lint.context import RuleContext
-from packcfg.lint.registry import Finding, RuleDocs, rule
-from packcfg.lint.rules._examples import BASE, after, edit
+from packcfg.lint.registry import Example, Finding, RuleDocs, rule
+from packcfg.lint.rules._examples import BASE, after, bridge_target, edit
 from packcfg.lint.rules._helpers import SPECS, is_pos_int, set_edit, spec_path
 
 DISTTRAIN_KEYS = ("use_dist_train", "use_disttrain", "dist_train", "disttrain")
@@ -87,7 +88,20 @@ def pk101(ctx: RuleContext) -> Iterator[Finding]:
         why="Without specs Bridge has no pack size; specs without the flag are silently ignored (no packing).",
         failing=edit(("  offline_packing_specs:\n    packed_sequence_size: 4096\n", "")),
         passing=BASE,
-        source="Megatron Bridge training/config.py:1278-1281 (main 067f987; v0.6.0: 1155-1158)",
+        examples=(
+            Example(
+                "the Bridge < 0.6 spelling packed_sequence_specs has no switch (its size decides): no flag needed",
+                edit(
+                    (
+                        "  enable_offline_packing: true\n  offline_packing_specs:\n",
+                        "  packed_sequence_specs:\n",
+                    )
+                ),
+                fires=False,
+            ),
+        ),
+        source="Megatron Bridge training/config.py:1278-1281 (main 067f987; v0.6.0: 1155-1158); v0.3.1 "
+        "training/config.py:541 (packed_sequence_specs, no switch)",
     ),
 )
 def pk102(ctx: RuleContext) -> Iterator[Finding]:
@@ -99,7 +113,8 @@ def pk102(ctx: RuleContext) -> Iterator[Finding]:
             at=("dataset", "enable_offline_packing"),
             hint="add dataset.offline_packing_specs with packed_sequence_size",
         )
-    elif specs is not None and enabled in (None, False):
+    elif specs is not None and enabled in (None, False) and ctx.renamed.get(SPECS) != LEGACY_SPECS:
+        # (the Bridge < 0.6 spelling packed_sequence_specs has no switch: its packed_sequence_size decides)
         yield Finding(
             f"dataset.offline_packing_specs is set but dataset.enable_offline_packing is {value_repr(enabled)}",
             at=SPECS,
@@ -116,7 +131,27 @@ def pk102(ctx: RuleContext) -> Iterator[Finding]:
         why="Bridge's default is -1 (no packing); a non-positive or non-integer size cannot be packed into.",
         failing=edit(("    packed_sequence_size: 4096\n", "    packed_sequence_size: 0\n")),
         passing=BASE,
-        source="Megatron Bridge training/config.py:1600-1603 and data/packing/gpt_sft.py:198 (main 067f987)",
+        examples=(
+            Example(
+                "Bridge < 0.6 spelling with packed_sequence_size -1: packing is off there, nothing to report",
+                edit(
+                    (
+                        "  enable_offline_packing: true\n  offline_packing_specs:\n    packed_sequence_size: 4096\n",
+                        "  packed_sequence_specs:\n    packed_sequence_size: -1\n",
+                    )
+                ),
+                fires=False,
+            ),
+            Example(
+                "target Bridge 0.3.1, packing switched on with size 0: 0.3.1 would silently train unpacked",
+                bridge_target(
+                    edit(("    packed_sequence_size: 4096\n", "    packed_sequence_size: 0\n")), "0.3.1"
+                ),
+                fires=True,
+            ),
+        ),
+        source="Megatron Bridge training/config.py:1600-1603 and data/packing/gpt_sft.py:198 (main 067f987); "
+        "v0.3.1 data/datasets/packed_sequence.py:209-213 and data/builders/finetuning_dataset.py:77-166 (<= 0: off)",
     ),
 )
 def pk103(ctx: RuleContext) -> Iterator[Finding]:
@@ -128,6 +163,9 @@ def pk103(ctx: RuleContext) -> Iterator[Finding]:
         shown = value_repr(value) + (
             "" if "packed_sequence_size" in specs else " (Bridge's default; not set)"
         )
+        if ctx.target.reads_current_spelling is False:
+            # Bridge < 0.6 reads a size <= 0 as "packing off" (v0.3.1 data/datasets/packed_sequence.py:209-213)
+            shown += f"; {ctx.target.describe()} reads it as packing off and would train unpacked"
         yield Finding(
             f"offline packing needs a positive integer packed_sequence_size, got {shown}",
             at=spec_path("packed_sequence_size"),
