@@ -477,7 +477,10 @@ def is_experiment_file(path: str | Path) -> bool:
     is not (Bridge loads a config with OmegaConf.load, which reads one document). A file that does not parse
     counts when a line starts with a section key (so a broken experiment config is still reported); one that
     cannot be read counts too (the lint then reports why, exit 2)."""
+    from packcfg.core.inputs import check_input
+
     try:
+        check_input(path)  # a FIFO or a device is never opened (the lint reports it)
         with open(path, "rb") as fh:
             data = fh.read(16 * 1024 * 1024)  # past MAX_BYTES: only the top-level keys are looked at
     except OSError:

@@ -30,6 +30,7 @@ from packcfg.packing.sources import (
     load_tokenizer,
     spool,
     tokenizer_checksum,
+    tokenizer_inputs,
 )
 
 __all__ = ["detect_format", "spool"]  # re-exported for the commands
@@ -280,12 +281,6 @@ def make_plan(sp: Spool, settings: PackSettings, unpacked_gbs: int | None = None
         raise PackingError(msg) from None
 
 
-def _tokenizer_file(tokenizer: Path | None) -> Path | None:
-    if tokenizer is None:
-        return None
-    return tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
-
-
 def _packcfg_wrote(settings: PackSettings) -> Any:
     """`may_replace` for the packed file: it carries packcfg's entry in its Parquet metadata (or, for files
     from before that entry existed, packcfg's metadata JSON names it with a fingerprint)."""
@@ -326,7 +321,7 @@ def check_pack_outputs(
     config files), nor each other, nor a special file; with `final`, also not a symlink, and an existing
     packed file packcfg did not write (or a metadata file that is not packing metadata) needs `force`.
     Raises PackOutputRefused (a PackingError)."""
-    ins = [settings.source, settings.tokenizer, _tokenizer_file(settings.tokenizer), *inputs]
+    ins = [settings.source, *tokenizer_inputs(settings.tokenizer), *inputs]
     try:
         check_output(settings.output, inputs=ins, follow_symlinks=True, what="packed file")
         check_output(

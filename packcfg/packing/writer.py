@@ -23,6 +23,7 @@ import numpy as np
 
 from packcfg import __version__
 from packcfg.core.atomic import atomic_path, atomic_write_text, check_output
+from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
 from packcfg.packing.parquet import Compressor, ListColumn, ListParquetWriter, RowGroup, encode_row_group
 from packcfg.packing.planner import PackPlan
@@ -317,6 +318,7 @@ def bridge_metadata(p: PackPlan) -> dict[str, Any]:
 
 def read_metadata(path: Path) -> list[dict[str, Any]]:
     """The metadata JSON: a list of dicts, one per split. Raises PackingError when unreadable."""
+    check_input(path, error=PackingError)  # never block on a FIFO or read /dev/zero forever
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
