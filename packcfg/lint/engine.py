@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -439,7 +440,16 @@ def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
 
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            is_dir = False
+        except OSError as exc:  # permission denied on a folder above it, a symlink loop: one line, exit 2
+            from packcfg.core.inputs import describe_os_error
+
+            errors.append(f"{path}: cannot read ({describe_os_error(exc)})")
+            continue
+        if is_dir:
             for folder, dirs, names in os.walk(path, onerror=unreadable):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(names):

@@ -676,8 +676,14 @@ def load_tokenizer(path: Path) -> LoadedTokenizer:
     path = Path(path)
     if path.is_dir():
         path = path / "tokenizer.json"
-    if not os.path.lexists(path):
-        raise PackingError(f"{path}: tokenizer not found (need a local tokenizer.json; no hub downloads)")
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise PackingError(
+            f"{path}: tokenizer not found (need a local tokenizer.json; no hub downloads)"
+        ) from None
+    except OSError:
+        pass  # check_input names it
     check_input(path, what="tokenizer", error=PackingError)
     try:
         tok = Tokenizer.from_file(str(path))
