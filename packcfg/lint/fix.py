@@ -694,7 +694,8 @@ def _fix_experiment(
     refused: set[tuple[str, str]] = set()
     unsafe: set[tuple[str, str, str]] = set()  # (code, file, why): fixes refused because of YAML anchors
     broken: set[str] = set()  # files whose edited text did not read back as intended (left as they are)
-    for _ in range(MAX_PASSES):
+    applied: set[tuple[str, tuple[Edit, ...]]] = set()  # (code, edits) of every fix written so far
+    for pass_no in range(MAX_PASSES + 1):
         documents = []
         for name in names:
             if name not in texts:
@@ -712,6 +713,20 @@ def _fix_experiment(
             check_paths=check_paths,
             on_internal_error=_quiet,
         )
+        # the lint of the edited texts: a finding whose fix was written must be gone
+        remains = next((d for d in diagnostics if d.fix and (d.code, d.fix.edits) in applied), None)
+        if remains is not None:
+            for name in names:
+                texts[name] = originals[name]
+                outcome.edits_per_file.pop(name, None)
+            outcome.messages.append(
+                f"{remains.code}: not fixed: after its fix the finding remains ({remains.message}); "
+                f"{', '.join(names)} left unchanged"
+            )
+            outcome.refused += 1
+            return
+        if pass_no == MAX_PASSES:
+            return
         candidates: list[tuple[Diagnostic, list[tuple[Edit, str]]]] = []
         for d in diagnostics:
             if d.fix is None:
@@ -737,6 +752,11 @@ def _fix_experiment(
         results = _pass_results(candidates, texts, outcome, unsafe, broken)
         if not results:
             return
+        # written cleanly (no edit of its files reported a problem): its finding must be gone next pass
+        clean = {t for t, (new_text, problems, _) in results.items() if not problems and new_text != texts[t]}
+        applied.update(
+            (d.code, d.fix.edits) for d, placed in candidates if d.fix and all(t in clean for _, t in placed)
+        )
         changed = False
         for target, (new_text, problems, count) in results.items():
             outcome.messages.extend(f"{target}: {p}" for p in problems)
