@@ -66,6 +66,7 @@ class PackSettings:
     shuffle: bool = True
     pad_to_max_length: bool | None = None  # noted in metadata only: rows are never padded in the file
     chat: bool | None = None  # the config's chat switches (None: no config); checked against the rows
+    vocab_size: int | None = None  # the config's model.vocab_size: a pad id must be below it
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint_fields(self) -> dict[str, Any]:
@@ -113,6 +114,10 @@ def _int_setting(config: Mapping[str, Any], dotted: str, default: int | None) ->
 
 def _flag(config: Mapping[str, Any], dotted: str) -> bool:
     return str(_get(config, dotted, False)).lower() in {"true", "1", "yes"}
+
+
+def _positive_or_none(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
 
 
 def settings_from_config(
@@ -189,6 +194,7 @@ def settings_from_config(
         pad_to_max_length=bool(_get(config, "dataset.dataset_kwargs.pad_to_max_length", False)),
         chat=_flag(config, "dataset.dataset_kwargs.chat")
         and _flag(config, "dataset.dataset_kwargs.use_hf_tokenizer_chat_template"),
+        vocab_size=_positive_or_none(_get(config, "model.vocab_size")),
     )
     if not settings.capacity:
         raise PackingError(
@@ -339,6 +345,28 @@ def check_pack_outputs(
         raise PackOutputRefused(str(exc)) from None
 
 
+_MAX_TOKEN_ID = 2**31 - 1  # input_ids are int32 in the packed file
+
+
+def _check_pad_id(pad_id: int, tokenizer: Any, vocab_size: int | None) -> None:
+    """A pad id is a token id: in [0, vocab) of the tokenizer that made the tokens (else of the config's
+    model.vocab_size, else of int32). PackingError naming the value and the bound."""
+    if tokenizer is not None:
+        vocab, what = (
+            int(tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)),
+            f"the tokenizer {tokenizer.path}",
+        )
+    elif vocab_size is not None:
+        vocab, what = vocab_size, "model.vocab_size"
+    else:
+        vocab, what = _MAX_TOKEN_ID + 1, "int32 token ids"
+    if type(pad_id) is not int or not 0 <= pad_id < vocab:
+        raise PackingError(
+            f"pad id (--pad-id) {pad_id!r} is not a token id: it must be in [0, {vocab}) ({what}); "
+            "leave it out to pad with the tokenizer's EOS"
+        )
+
+
 def pack_dataset(
     settings: PackSettings,
     *,
@@ -355,6 +383,8 @@ def pack_dataset(
     output may not be written).
     """
     inputs = tuple(inputs)
+    if settings.pad_id is not None:
+        _check_pad_id(settings.pad_id, None, settings.vocab_size)  # before any file is read
     check_pack_outputs(settings, inputs=inputs, final=False)
     if not force:
         existing = up_to_date(settings)
@@ -363,9 +393,11 @@ def pack_dataset(
     check_pack_outputs(settings, force=force, inputs=inputs)
     fmt = detect_format(settings.source)
     tokenizer = _tokenizer_for(settings, fmt)
+    loaded = load_tokenizer(tokenizer) if tokenizer is not None else None
     pad_id = settings.pad_id
     if pad_id is None:
-        pad_id = load_tokenizer(tokenizer).pad_id if tokenizer is not None else 0
+        pad_id = loaded.pad_id if loaded is not None else 0
+    _check_pad_id(pad_id, loaded, settings.vocab_size)
     tokenizer_sum = tokenizer_checksum(tokenizer)
     with ThreadPoolExecutor(max_workers=1) as pool:
         # the source's sha256 is taken in a worker thread while the source is read (hashlib releases
