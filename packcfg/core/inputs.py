@@ -42,11 +42,13 @@ def check_input(
     what: str = "",
     kind: str = "file",
     error: type[Exception] = InputRefused,
+    max_bytes: int | None = None,
 ) -> Path:
     """Check that `path` can be read as `kind` ("file", "dir" or "any": a file or a folder); return it.
 
     `what` prefixes the message (e.g. "--pack-metadata"); `error` is the exception raised (its single
-    argument is the one-line message)."""
+    argument is the one-line message); `max_bytes`: a regular file larger than this is refused (files read
+    whole into memory: settings, metadata JSON)."""
     path = Path(path)
     where = f"{what} {path}" if what else str(path)
     try:
@@ -70,6 +72,11 @@ def check_input(
         special = _KINDS.get(stat.S_IFMT(mode), "a special file")
         expected = {"file": "a regular file", "dir": "a directory"}.get(kind, "a regular file or a directory")
         raise error(f"{where}: is {special}, not {expected}; refusing to read it")
+    if max_bytes is not None and stat.S_ISREG(mode) and st.st_size > max_bytes:
+        raise error(
+            f"{where}: {st.st_size:,} bytes, more than the {max_bytes:,} such a file can sensibly hold; refusing "
+            "to read it"
+        )
     if not os.access(path, os.R_OK | (os.X_OK if stat.S_ISDIR(mode) else 0)):
         raise error(f"{where}: cannot read (permission denied)")
     return path

@@ -18,6 +18,7 @@ from packcfg.core.config import ConfigError
 from packcfg.core.diagnostics import Severity
 
 PROFILES = ("current", "legacy")
+MAX_SETTINGS_BYTES = 16 * 1024 * 1024  # a pyproject.toml is kilobytes; a bigger one is not read into memory
 _KEYS = {"select", "ignore", "severity", "profile"}
 
 
@@ -159,7 +160,7 @@ def find_settings_file(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
                     continue
             except (OSError, ValueError):
                 continue
-            check_input(candidate, what="settings file", error=SettingsError)
+            check_input(candidate, what="settings file", error=SettingsError, max_bytes=MAX_SETTINGS_BYTES)
             try:
                 with open(candidate, "rb") as fh:
                     doc = tomllib.load(fh)
@@ -167,6 +168,8 @@ def find_settings_file(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
                 raise SettingsError(f"{candidate}: cannot read settings ({describe_os_error(exc)})") from None
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise SettingsError(f"{candidate}: cannot read settings ({exc})") from None
+            except RecursionError:
+                raise SettingsError(f"{candidate}: cannot read settings (nested too deeply)") from None
             if name == "packcfg.toml":
                 # Either top-level keys (like ruff.toml) or the same [tool.packcfg] table as pyproject.
                 table = doc.get("tool", {}).get("packcfg", doc) if "tool" in doc else doc

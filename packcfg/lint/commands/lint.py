@@ -87,7 +87,8 @@ def _read_pack_metadata(path: str) -> list[dict[str, Any]]:
 
     from packcfg.core.inputs import check_input, describe_os_error
 
-    check_input(path, what="--pack-metadata", error=ValueError)  # never block on /dev/zero or a FIFO
+    # never block on /dev/zero or a FIFO, nor read gigabytes: packing metadata is one small object per split
+    check_input(path, what="--pack-metadata", error=ValueError, max_bytes=64 * 1024 * 1024)
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
