@@ -137,6 +137,8 @@ def settings_from_config(
         value = overrides.get(name)
         if value is not None and value <= 0:
             raise PackingError(f"{name.replace('_', '-')} must be > 0, got {value}")
+    if overrides.get("seed") is not None and overrides["seed"] < 0:
+        raise PackingError(f"--seed must be >= 0, got {overrides['seed']}")
     specs = _get(config, "dataset.offline_packing_specs", {}) or {}
     if not isinstance(specs, Mapping):
         raise PackingError(f"config dataset.offline_packing_specs: expected a mapping, got {specs!r}")

@@ -108,6 +108,8 @@ def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
         raise PackingError(
             f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno}): {snippet!r}"
         ) from None
+    except RecursionError:
+        raise PackingError(f"{path}:{lineno}: malformed JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise PackingError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -631,6 +633,8 @@ def _read_json_object(path: Path) -> dict[str, Any] | None:
         return None
     except (OSError, ValueError) as exc:
         raise PackingError(f"{path}: not readable JSON ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise PackingError(f"{path}: not readable JSON (nested too deeply)") from None
     return data if isinstance(data, dict) else None
 
 

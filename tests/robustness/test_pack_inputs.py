@@ -336,3 +336,26 @@ def test_pairs_that_are_all_dropped_are_one_line(work: Path) -> None:
 def test_pairs_need_room_for_two(work: Path) -> None:
     args = ["pack", "data.jsonl", "--capacity", "512", "--pairs", "--max-per-pack", "1", "--out", "o.parquet"]
     refused(run(args, work), "max_per_pack 1")
+
+
+# ---------------------------------------------------------------------------------------- absurd values
+
+
+def test_jsonl_line_nested_past_the_parser(work: Path) -> None:
+    (work / "deep.jsonl").write_text('{"input_ids": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    refused(
+        run(["pack", "deep.jsonl", "--capacity", "512", "--out", "o.parquet"], work), "deep.jsonl:1", "nested"
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--capacity", "99999999999999999999"], ("capacity 99999999999999999999", "int32")),
+        (["--capacity", "512", "--seed", "-1"], ("--seed", "-1")),
+    ],
+    ids=["capacity-beyond-int32", "negative-seed"],
+)
+def test_absurd_numbers_are_one_line(work: Path, extra: list[str], words: tuple[str, ...]) -> None:
+    refused(run(["pack", "data.jsonl", *extra, "--out", "o.parquet"], work), *words)
+    assert not (work / "o.parquet").exists()
