@@ -116,6 +116,11 @@ def _flag(config: Mapping[str, Any], dotted: str) -> bool:
     return str(_get(config, dotted, False)).lower() in {"true", "1", "yes"}
 
 
+MAX_PACK_SIZE = 2**31 - 1
+"""The largest pack size `pack` writes: a packed row's offsets (seq_start_id) are int32 in Bridge's format."""
+_ROW_BOUND = f"({MAX_PACK_SIZE}: seq_start_id is int32)"
+
+
 def _positive_or_none(value: Any) -> int | None:
     return value if type(value) is int and value > 0 else None
 
@@ -137,6 +142,10 @@ def settings_from_config(
         value = overrides.get(name)
         if value is not None and value <= 0:
             raise PackingError(f"{name.replace('_', '-')} must be > 0, got {value}")
+    if (overrides.get("capacity") or 0) > MAX_PACK_SIZE:
+        raise PackingError(
+            f"capacity {overrides['capacity']} is larger than a packed row can be {_ROW_BOUND}"
+        )
     if overrides.get("seed") is not None and overrides["seed"] < 0:
         raise PackingError(f"--seed must be >= 0, got {overrides['seed']}")
     specs = _get(config, "dataset.offline_packing_specs", {}) or {}
@@ -201,6 +210,10 @@ def settings_from_config(
     if not settings.capacity:
         raise PackingError(
             "config dataset.offline_packing_specs.packed_sequence_size: not set (the pack size)"
+        )
+    if settings.capacity > MAX_PACK_SIZE:
+        raise PackingError(
+            f"config: pack size {settings.capacity} is larger than a packed row can be {_ROW_BOUND}"
         )
     if settings.capacity < 0 or settings.align <= 0:
         raise PackingError(

@@ -23,10 +23,6 @@ ALGORITHMS = ("bfd", "ffd", "first_fit_shuffle", "histogram", "sequential", "gre
 OVERSIZE_POLICIES = ("error", "truncate", "split", "drop")
 
 
-MAX_CAPACITY = 2**31 - 1
-"""The largest pack size: a packed row's offsets (seq_start_id) are int32 in Bridge's format."""
-
-
 class PlanError(ValueError):
     """Inputs the planner cannot honour; the message is one line that names the offending value."""
 
@@ -181,10 +177,6 @@ def plan(
     if pairs is False:
         pairs = None
     capacity = _positive_int(capacity, "capacity")
-    if capacity > MAX_CAPACITY:
-        raise PlanError(
-            f"capacity {capacity} is larger than a packed row can be ({MAX_CAPACITY}: seq_start_id is int32)"
-        )
     align = _positive_int(align, "align")
     if max_per_pack is not None:
         max_per_pack = _positive_int(max_per_pack, "max_per_pack")
