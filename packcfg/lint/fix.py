@@ -694,7 +694,7 @@ def _fix_experiment(
     refused: set[tuple[str, str]] = set()
     unsafe: set[tuple[str, str, str]] = set()  # (code, file, why): fixes refused because of YAML anchors
     broken: set[str] = set()  # files whose edited text did not read back as intended (left as they are)
-    applied: set[tuple[str, tuple[Edit, ...]]] = set()  # (code, edits) of every fix written so far
+    applied: set[tuple[str, str]] = set()  # (code, repr of its edits) of every fix written so far
     for pass_no in range(MAX_PASSES + 1):
         documents = []
         for name in names:
@@ -714,7 +714,7 @@ def _fix_experiment(
             on_internal_error=_quiet,
         )
         # the lint of the edited texts: a finding whose fix was written must be gone
-        remains = next((d for d in diagnostics if d.fix and (d.code, d.fix.edits) in applied), None)
+        remains = next((d for d in diagnostics if d.fix and (d.code, repr(d.fix.edits)) in applied), None)
         if remains is not None:
             for name in names:
                 texts[name] = originals[name]
@@ -755,7 +755,9 @@ def _fix_experiment(
         # written cleanly (no edit of its files reported a problem): its finding must be gone next pass
         clean = {t for t, (new_text, problems, _) in results.items() if not problems and new_text != texts[t]}
         applied.update(
-            (d.code, d.fix.edits) for d, placed in candidates if d.fix and all(t in clean for _, t in placed)
+            (d.code, repr(d.fix.edits))
+            for d, placed in candidates
+            if d.fix and all(t in clean for _, t in placed)
         )
         changed = False
         for target, (new_text, problems, count) in results.items():
