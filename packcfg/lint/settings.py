@@ -8,6 +8,7 @@ and a `pyproject.toml` without a `[tool.packcfg]` table does not stop the search
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -16,6 +17,7 @@ from typing import Any
 
 from packcfg.core.config import ConfigError
 from packcfg.core.diagnostics import Severity
+from packcfg.core.inputs import check_input, describe_os_error
 
 PROFILES = ("current", "legacy")
 MAX_SETTINGS_BYTES = 16 * 1024 * 1024  # a pyproject.toml is kilobytes; a bigger one is not read into memory
@@ -138,10 +140,6 @@ def find_settings_file(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
 
     A settings name that exists but is not a readable regular file (a symlink loop or a dangling link, a
     FIFO, a device, a folder) is an error naming it, never skipped: the lint would run with other settings."""
-    import os
-
-    from packcfg.core.inputs import check_input, describe_os_error
-
     try:
         here = start.resolve()
     except (OSError, RuntimeError):  # a symlink loop on the way (pathlib raises RuntimeError for it)
