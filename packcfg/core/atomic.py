@@ -202,6 +202,11 @@ def _create_temp(path: Path, directory: bool) -> tuple[Path, int]:
                 fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
+        except OSError as exc:  # a read-only folder, a full disk: name the folder, not our temporary
+            folder = path.parent if str(path.parent) else Path(".")
+            raise OutputRefused(
+                f"{path}: cannot write in the folder {folder} ({exc.strerror or exc})"
+            ) from None
         _lock(fd)
         return tmp, fd
 
@@ -213,6 +218,16 @@ def _remove(tmp: Path, directory: bool) -> None:
         else:
             with suppress(OSError):
                 os.unlink(tmp)
+
+
+def _make_folder(folder: Path, what: str, path: Path) -> None:
+    """Create an output's folder (and its parents); OutputRefused naming the output when that fails."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputRefused(
+            f"{what} {path}: cannot create its folder {folder} ({exc.strerror or exc})"
+        ) from None
 
 
 @contextmanager
@@ -242,7 +257,7 @@ def atomic_path(
         what=what,
     )
     folder = path.parent if str(path.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
+    _make_folder(folder, what, path)
     tmp: Path | None = None
     fd = -1
     try:
@@ -279,7 +294,7 @@ def temp_dir(beside: str | Path) -> Iterator[Path]:
     """A locked temporary folder beside `beside` (same pattern as files), removed on exit (signals too)."""
     beside = Path(beside)
     folder = beside.parent if str(beside.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
+    _make_folder(folder, "output", beside)
     tmp: Path | None = None
     fd = -1
     try:

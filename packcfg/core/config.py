@@ -9,8 +9,6 @@ flows read: the same loader, raising `ConfigError` on the first problem that lea
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -18,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packcfg.core.diagnostics import ConfigPath, Position
+from packcfg.core.inputs import check_input, describe_os_error
 from packcfg.core.interpolate import Unknown, has_interpolation, is_unknown
 from packcfg.core.yamlsource import LoadProblem, PosNode, YamlDocument, load_file
 
@@ -232,16 +231,7 @@ class LocatedConfig:
 
 def check_readable(path: Path) -> None:
     """Raise ConfigError for a path that is not a regular, readable file (never block on a FIFO)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"{path}: is a directory, not a YAML file")
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{path}: not a regular file")
+    check_input(path, error=ConfigError)
 
 
 def load_document(path: str | Path, display_name: str | None = None) -> YamlDocument:
@@ -251,7 +241,7 @@ def load_document(path: str | Path, display_name: str | None = None) -> YamlDocu
     try:
         return load_file(p, display_name)
     except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+        raise ConfigError(f"{p}: cannot read ({describe_os_error(exc)})") from None
 
 
 BASE_KEY: ConfigPath = ("recipe", "base")

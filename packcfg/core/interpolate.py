@@ -80,6 +80,16 @@ class ResolveError(Exception):
     pass
 
 
+MAX_CHAIN = 64
+"""Interpolations that lead through more targets than this (`a: ${b}`, `b: ${c}`, ...) are refused: no config
+chains this deep, and deeper would exhaust the recursion (OmegaConf itself fails with a RecursionError)."""
+
+MAX_EXPANDED = 1 << 20
+"""The most characters (or, for a `${}` that stands for a mapping or list, values) all interpolations of one
+config may build together: a doubling chain (`b: ${a}${a}`, `c: ${b}${b}`, ...) would otherwise build
+gigabytes from a few lines."""
+
+
 def resolve(
     data: dict[str, Any],
     mode: str = "lint",
@@ -102,9 +112,45 @@ class _Resolver:
         self.problems: list[Problem] = []
         self.done: dict[tuple[str, ...], Any] = {}
         self.active: list[tuple[str, ...]] = []
+        self.budget = MAX_EXPANDED  # characters (and container values) the interpolations may still build
+        self.sizes: dict[int, int] = {}  # id(resolved container) -> its size in values (a memo)
+
+    def charge(self, amount: int, path: tuple[str, ...], expr: str) -> None:
+        """Spend `amount` of the expansion budget; a problem (and ResolveError) once it is exceeded."""
+        self.budget -= amount
+        if self.budget < 0:
+            self.problems.append(
+                Problem(
+                    path,
+                    f"{'.'.join(path)}: interpolation {_clip(expr)} expands past {MAX_EXPANDED:,} characters "
+                    "(a doubling chain of ${...}?); refusing to build it",
+                )
+            )
+            raise ResolveError
+
+    def size(self, value: Any) -> int:
+        """How many values (scalars and containers) a resolved value holds, shared parts counted each time."""
+        if isinstance(value, str):
+            return 1
+        if not isinstance(value, dict | list):
+            return 1
+        known = self.sizes.get(id(value))
+        if known is not None:
+            return known
+        items = value.values() if isinstance(value, dict) else value
+        total = 1 + sum(self.size(v) for v in items)
+        self.sizes[id(value)] = total
+        return total
 
     def run(self) -> tuple[dict[str, Any], list[Problem]]:
-        out = self.node(self.root, ())
+        try:
+            out = self.node(self.root, ())
+        except RecursionError:  # belt and braces: MAX_CHAIN and the loaders' depth bounds stop us first
+            chain = self.active[-1] if self.active else ()
+            self.problems.append(
+                Problem(chain, f"{'.'.join(chain) or 'config'}: interpolations nest too deeply to resolve")
+            )
+            return self.root, self.problems
         return out, self.problems
 
     def node(self, value: Any, path: tuple[str, ...]) -> Any:
@@ -144,6 +190,16 @@ class _Resolver:
                 )
             )
             raise ResolveError
+        if len(self.active) > MAX_CHAIN:
+            chain = " -> ".join(".".join(p) for p in self.active[:3])
+            self.problems.append(
+                Problem(
+                    holder,
+                    f"{'.'.join(holder)}: interpolation chain longer than {MAX_CHAIN} steps ({chain} -> ...); "
+                    "refusing to follow it",
+                )
+            )
+            raise ResolveError
         loop = next((i for i, p in enumerate(self.active) if p[: len(target)] == target), None)
         if loop is not None:
             chain = " -> ".join(".".join(p) for p in [*self.active[loop:], target])
@@ -157,6 +213,12 @@ class _Resolver:
             raise ResolveError
         value = self.node(raw, target)
         self.done[target] = value
+        return value
+
+    def substituted(self, value: Any, path: tuple[str, ...], expr: str) -> Any:
+        """A target's value put in place of `${...}`: a mapping or list counts all its values."""
+        if isinstance(value, dict | list):
+            self.charge(self.size(value), path, expr)
         return value
 
     def string(self, text: str, path: tuple[str, ...]) -> Any:
@@ -199,10 +261,12 @@ class _Resolver:
         if literal:
             pieces.append("".join(literal))
         if len(pieces) == 1 and text.startswith("${") and text.endswith("}"):
-            return pieces[0]  # exactly one interpolation: the target's value and type
+            return self.substituted(pieces[0], path, text)  # one interpolation: the target's value and type
         if any(is_unknown(p) for p in pieces):
             return Unknown(text)
-        return "".join(p if isinstance(p, str) else str(p) for p in pieces)
+        parts = [p if isinstance(p, str) else _text_of(p, self, path, text) for p in pieces]
+        self.charge(sum(len(p) for p in parts), path, text)
+        return "".join(parts)
 
     def interpolation(self, expr: str, path: tuple[str, ...]) -> Any:
         body = expr[2:-1].strip()
@@ -250,6 +314,18 @@ class _Resolver:
             )
             raise ResolveError
         return Unknown(expr)
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _text_of(value: Any, resolver: _Resolver, path: tuple[str, ...], expr: str) -> str:
+    """str(value) for a value inside a longer string; a container is charged for its size first (its text
+    grows with it)."""
+    if isinstance(value, dict | list):
+        resolver.charge(resolver.size(value), path, expr)
+    return str(value)
 
 
 def _closing(text: str, start: int) -> int:

@@ -26,6 +26,10 @@ from typing import Any
 
 SET, ADD, FORCE_ADD, DELETE = "set", "add", "force_add", "delete"
 
+MAX_DEPTH = 100
+"""Key levels (`a.b.c`) and value nesting (`[[...]]`, `{a: {...}}`) an override may have: the YAML loader's
+bound (packcfg.core.yamlsource.MAX_DEPTH); deeper would only exhaust the merge's recursion."""
+
 
 class OverrideError(ValueError):
     """A malformed override; the message names it."""
@@ -90,21 +94,32 @@ def parse_override(text: str) -> Override:
     key, sep, value_text = text.partition("=")
     key = key.strip()
     if not key:
-        raise OverrideError(f"override {raw!r}: expected KEY=VALUE (or +KEY=VALUE, ++KEY=VALUE, ~KEY)")
+        raise OverrideError(f"override {_short(raw)}: expected KEY=VALUE (or +KEY=VALUE, ++KEY=VALUE, ~KEY)")
     if not re.fullmatch(_KEY, key):
-        raise OverrideError(f"override {raw!r}: {key!r} is not a dotted key like train.micro_batch_size")
+        raise OverrideError(
+            f"override {_short(raw)}: {_short(key)} is not a dotted key like train.micro_batch_size"
+        )
     path = tuple(key.split("."))
+    if len(path) > MAX_DEPTH:
+        raise OverrideError(
+            f"override {_short(raw)}: key has {len(path)} levels; at most {MAX_DEPTH} (no config nests deeper)"
+        )
     if not sep:
         if kind != DELETE:
-            raise OverrideError(f"override {raw!r}: expected KEY=VALUE (only ~KEY may omit the value)")
+            raise OverrideError(f"override {_short(raw)}: expected KEY=VALUE (only ~KEY may omit the value)")
         return Override(raw, kind, path, None, has_value=False)
     try:
         value = parse_value(value_text)
     except OverrideError as exc:
-        raise OverrideError(f"override {raw!r}: {exc}") from None
+        raise OverrideError(f"override {_short(raw)}: {exc}") from None
     if kind == DELETE and value_text.strip() == "":
         return Override(raw, kind, path, None, has_value=False)
     return Override(raw, kind, path, value)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """An override as the messages quote it: long ones cut (a 100 kB word is not one line)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
 
 
 def parse_value(text: str) -> Any:
@@ -123,6 +138,12 @@ class _ValueParser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.i = 0
+        self.depth = 0
+
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise OverrideError(f"value nests deeper than {MAX_DEPTH} levels of [ ] and {{ }}")
 
     def skip_ws(self) -> None:
         while self.i < len(self.text) and self.text[self.i] in " \t":
@@ -163,11 +184,13 @@ class _ValueParser:
         raise OverrideError(f"unterminated {quote}...{quote} string")
 
     def sequence(self) -> list[Any]:
+        self._enter()
         self.i += 1  # [
         out: list[Any] = []
         self.skip_ws()
         if self._peek() == "]":
             self.i += 1
+            self.depth -= 1
             return out
         while True:
             out.append(self.element())
@@ -178,15 +201,18 @@ class _ValueParser:
                 continue
             if ch == "]":
                 self.i += 1
+                self.depth -= 1
                 return out
             raise OverrideError("a list [a,b,...] is not closed with ]")
 
     def mapping(self) -> dict[str, Any]:
+        self._enter()
         self.i += 1  # {
         out: dict[str, Any] = {}
         self.skip_ws()
         if self._peek() == "}":
             self.i += 1
+            self.depth -= 1
             return out
         while True:
             self.skip_ws()
@@ -205,6 +231,7 @@ class _ValueParser:
                 continue
             if ch == "}":
                 self.i += 1
+                self.depth -= 1
                 return out
             raise OverrideError("a dict {key: value, ...} is not closed with }")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -460,7 +461,16 @@ def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
 
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            is_dir = False
+        except OSError as exc:  # permission denied on a folder above it, a symlink loop: one line, exit 2
+            from packcfg.core.inputs import describe_os_error
+
+            errors.append(f"{path}: cannot read ({describe_os_error(exc)})")
+            continue
+        if is_dir:
             for folder, dirs, names in os.walk(path, onerror=unreadable):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(names):
@@ -498,7 +508,10 @@ def is_experiment_file(path: str | Path) -> bool:
     is not (Bridge loads a config with OmegaConf.load, which reads one document). A file that does not parse
     counts when a line starts with a section key (so a broken experiment config is still reported); one that
     cannot be read counts too (the lint then reports why, exit 2)."""
+    from packcfg.core.inputs import check_input
+
     try:
+        check_input(path)  # a FIFO or a device is never opened (the lint reports it)
         with open(path, "rb") as fh:
             data = fh.read(16 * 1024 * 1024)  # past MAX_BYTES: only the top-level keys are looked at
     except OSError:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packcfg.core.atomic import atomic_write_text
+from packcfg.core.atomic import OutputRefused, atomic_path
 from packcfg.core.base_recipes import is_base_source
 from packcfg.core.config import ConfigError, is_override_source, load_document, merge_documents, tree_at
 from packcfg.core.diagnostics import Diagnostic, Edit
@@ -311,6 +311,262 @@ def _keep_layout(old: str, new: str) -> str:
     return "".join(out)
 
 
+# ---- YAML anchors, aliases and merge keys ------------------------------------------------------------
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAX_VISITS = 200_000  # paths walked per file (aliases expanded); the loader bounds alias bombs far lower
+
+
+class _Sharing:
+    """Which config paths of one file reach each YAML node. A node reached by several paths is shared through
+    an anchor (`&a` ... `*a`) or a merge key (`<<: *a`): an edit of it changes every one of those paths."""
+
+    def __init__(self, text: str) -> None:
+        import yaml
+
+        self.reach: dict[int, list[tuple[str, ...]]] = {}
+        self.at: dict[tuple[str, ...], Any] = {}
+        self.merged: set[tuple[str, ...]] = set()  # paths whose key comes from a `<<` merge
+        self.ok = True
+        self.trivial = "&" not in text and "<<" not in text  # no anchor, no merge: nothing is shared
+        if self.trivial:
+            return
+        self._visits = 0
+        try:
+            root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            if root is not None:
+                self._visit(root, (), False)
+        except (yaml.YAMLError, RecursionError, _TooBig):
+            self.ok = False
+
+    def _visit(self, node: Any, path: tuple[str, ...], merged: bool) -> None:
+        import yaml
+
+        self._visits += 1
+        if self._visits > _MAX_VISITS:
+            raise _TooBig
+        self.at[path] = node
+        self.reach.setdefault(id(node), []).append(path)
+        if merged:
+            self.merged.add(path)
+        if isinstance(node, yaml.MappingNode):
+            for key, value, via_merge in _entries(node):
+                self._visit(value, (*path, key), via_merge)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._visit(item, (*path, str(i)), False)
+
+    def users(self, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        node = self.at.get(path)
+        return self.reach.get(id(node), [path]) if node is not None else [path]
+
+    def shared_above(self, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The first prefix of `path` (itself included, when it exists) whose node is shared or merged in."""
+        for n in range(1, len(path) + 1):
+            prefix = path[:n]
+            if prefix not in self.at:
+                return None
+            if prefix in self.merged or len(self.users(prefix)) > 1:
+                return prefix
+        return None
+
+    def _shared_message(self, path: tuple[str, ...], above: tuple[str, ...]) -> str:
+        """Why an edit of `path` would change other paths: `above` (path itself or a parent) is shared."""
+        others = [".".join(u) for u in self.users(above) if u != above]
+        if others:
+            more = " ..." if len(others) > 3 else ""
+            shared = f"shared through a YAML anchor with {', '.join(others[:3])}{more}"
+        else:
+            shared = "taken from a YAML merge key (<<)"
+        inside = "" if above == path else f" is inside {'.'.join(above)}, which"
+        return f"{'.'.join(path)}{inside} is {shared}; the fix would change those too"
+
+    def used_outside(self, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        """A path outside `path`'s subtree that reaches a node inside it (an anchor defined under `path` and
+        aliased elsewhere), or None."""
+        n = len(path)
+        for p, node in self.at.items():
+            if p[:n] != path:
+                continue
+            for user in self.reach.get(id(node), ()):
+                if user[:n] != path:
+                    return user
+        return None
+
+    def verdict(self, edit: Edit, edits: Sequence[Edit]) -> str:
+        """ "plain" (no anchor involved), "anchor" (a shared scalar that every path sharing it sets to the
+        same value: edited once, at the anchor), or why the edit cannot be written correctly."""
+        if self.trivial:
+            return "plain"
+        if not self.ok:
+            return "the file's anchors and aliases could not be analysed"
+        import yaml
+
+        path = tuple(edit.path)
+        node = self.at.get(path)
+        shown = ".".join(path)
+        if edit.action == "set" and isinstance(node, yaml.ScalarNode):
+            users = self.users(path)
+            above = self.shared_above(path[:-1])
+            if above is None and len(users) == 1 and path not in self.merged:
+                return "plain"
+            wanted = all(
+                any(o.action == "set" and tuple(o.path) == u and _same(o.value, edit.value) for o in edits)
+                for u in users
+            )
+            if wanted:
+                return "anchor"
+            if above is None and path in self.merged:
+                return "plain"  # the merging mapping gets its own key: only this path changes
+            return self._shared_message(path, above or path)
+        above = self.shared_above(path if node is not None else path[:-1])
+        if above is not None:
+            return self._shared_message(path, above)
+        if node is not None and edit.action in ("set", "delete", "rename"):
+            outside = self.used_outside(path)
+            if outside is not None:
+                return f"{shown} holds a YAML anchor that {'.'.join(outside)} refers to"
+        return "plain"
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _entries(mapping: Any) -> list[tuple[str, Any, bool]]:
+    """(key, value node, from a merge) of a mapping node as YAML reads it: explicit keys win over merged ones,
+    earlier merges over later ones."""
+    import yaml
+
+    out: list[tuple[str, Any, bool]] = []
+    seen: set[str] = set()
+    merges: list[Any] = []
+    for key, value in mapping.value:
+        if key.tag == _MERGE_TAG:
+            merges.extend(value.value if isinstance(value, yaml.SequenceNode) else [value])
+        elif isinstance(key, yaml.ScalarNode):
+            out.append((key.value, value, False))
+            seen.add(key.value)
+    for source in merges:
+        if isinstance(source, yaml.MappingNode):
+            for key, value, _ in _entries(source):
+                if key not in seen:
+                    seen.add(key)
+                    out.append((key, value, True))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _splice_anchored(text: str, sharing: _Sharing, edits: Sequence[Edit]) -> str | None:
+    """`text` with each shared scalar that the edits set (every path sharing it the same way) replaced once,
+    at its anchor, keeping the anchor name; None when a scalar cannot be spliced."""
+    import yaml
+
+    spans: dict[int, tuple[int, int, str]] = {}
+    for edit in edits:
+        node = sharing.at.get(tuple(edit.path))
+        if not isinstance(node, yaml.ScalarNode) or node.style in ("|", ">"):
+            return None
+        start, end = node.start_mark.index, node.end_mark.index
+        if end <= start or "\n" in text[start:end]:
+            return None
+        anchors: list[str] = []
+        rest = text[start:end]
+        while rest[:1] in ("&", "!"):  # node properties: the anchor is kept, a tag is dropped
+            token, _, rest = rest.partition(" ")
+            if token.startswith("&"):
+                anchors.append(token)
+            rest = rest.lstrip(" ")
+        style = node.style if rest[:1] in ("'", '"') else None
+        new = _scalar_text(edit.value, style)
+        if new is None:
+            return None
+        spans[id(node)] = (start, end, " ".join([*anchors, new]))
+    out = text
+    for start, end, new in sorted(spans.values(), reverse=True):
+        out = out[:start] + new + out[end:]
+    return out
+
+
+# ---- checking what was written ------------------------------------------------------------------------
+
+
+def _expected(data: dict[str, Any], edits: Sequence[Edit]) -> dict[str, Any]:
+    """What the file should read as once `edits` are applied: the same rules as `_apply_edit`, on plain data."""
+    import copy
+
+    out = copy.deepcopy(data)
+    ordered = [e for e in edits if e.action != "rename"] + [e for e in edits if e.action == "rename"]
+    for edit in ordered:
+        path = tuple(edit.path)
+        if edit.action == "set":
+            node = out
+            for key in path[:-1]:
+                if not isinstance(node.get(key), dict):
+                    node[key] = {}
+                node = node[key]
+            node[path[-1]] = copy.deepcopy(edit.value)
+            continue
+        parent = out
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or path[-1] not in parent:
+            continue
+        if edit.action == "delete":
+            del parent[path[-1]]
+            continue
+        new_path = tuple(edit.new_path or ())
+        if not new_path:
+            continue
+        target = parent
+        if new_path[:-1] != path[:-1]:
+            target = out
+            for key in new_path[:-1]:
+                if not isinstance(target.get(key), dict):
+                    target[key] = {}
+                target = target[key]
+        if new_path[-1] in target:
+            continue
+        target[new_path[-1]] = parent.pop(path[-1])
+    return out
+
+
+def _first_difference(a: Any, b: Any, path: tuple[str, ...] = ()) -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            if key not in a or key not in b:
+                return ".".join((*path, str(key))) + (" is missing" if key not in b else " appeared")
+            if a[key] != b[key]:
+                return _first_difference(a[key], b[key], (*path, str(key)))
+    return f"{'.'.join(path) or 'the top level'} would read {_short(b)} instead of {_short(a)}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_result(old_text: str, new_text: str, edits: Sequence[Edit], name: str) -> str | None:
+    """Why `new_text` is not `old_text` with `edits` applied as YAML reads both (None: it is)."""
+    old = load_bytes(old_text.encode("utf-8"), name)
+    new = load_bytes(new_text.encode("utf-8"), name)
+    if new.data is None:
+        first = new.problems[0] if new.problems else None
+        return f"it would not parse{f' (line {first.line}: {first.message})' if first else ''}"
+    if old.data is not None and new.data != _expected(old.data, edits):
+        return _first_difference(_expected(old.data, edits), new.data)
+    codes = [p.code for p in old.problems]
+    for problem in new.problems:
+        if problem.code in codes:
+            codes.remove(problem.code)
+        else:
+            return f"line {problem.line}: {problem.message}"
+    return None
+
+
 # ---- provenance: which file each edit belongs to -----------------------------------------------------
 
 
@@ -395,14 +651,31 @@ def _write_kept(path: Path, text: str) -> str | None:
         return f"{path}: not fixed: cannot read it back ({exc.strerror or exc})"
     if st.st_nlink > 1:
         return f"{path}: not fixed: it has {st.st_nlink} hard links and a rewrite would split them; apply the fix by hand"
-    data = ("\ufeff" if bom else "") + text
+    data = (("\ufeff" if bom else "") + text).encode("utf-8")
     try:
-        atomic_write_text(target, data, st.st_mode & 0o7777)
+        with atomic_path(target, st.st_mode & 0o7777) as tmp:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            # read the temporary back before it replaces the file: the bytes, and that they parse
+            written = tmp.read_bytes()
+            doc = load_bytes(written, str(path))
+            if written != data or doc.data is None:
+                raise _NotWritten
         if (st.st_uid, st.st_gid) != (os.stat(target).st_uid, os.stat(target).st_gid):
             os.chown(target, st.st_uid, st.st_gid)
+    except _NotWritten:
+        return f"{path}: not fixed: the written file did not read back as written; the original is kept"
+    except OutputRefused as exc:
+        return f"{path}: not fixed: {exc}"
     except OSError as exc:
         return f"{path}: not fixed: cannot write it ({exc.strerror or exc})"
     return None
+
+
+class _NotWritten(Exception):
+    """The temporary file did not read back as the text meant for it."""
 
 
 def _fix_experiment(
@@ -419,7 +692,10 @@ def _fix_experiment(
     from packcfg.lint.engine import lint_located
 
     refused: set[tuple[str, str]] = set()
-    for _ in range(MAX_PASSES):
+    unsafe: set[tuple[str, str, str]] = set()  # (code, file, why): fixes refused because of YAML anchors
+    broken: set[str] = set()  # files whose edited text did not read back as intended (left as they are)
+    applied: set[tuple[str, str]] = set()  # (code, repr of its edits) of every fix written so far
+    for pass_no in range(MAX_PASSES + 1):
         documents = []
         for name in names:
             if name not in texts:
@@ -437,7 +713,21 @@ def _fix_experiment(
             check_paths=check_paths,
             on_internal_error=_quiet,
         )
-        per_file: dict[str, list[Edit]] = {}
+        # the lint of the edited texts: a finding whose fix was written must be gone
+        remains = next((d for d in diagnostics if d.fix and (d.code, repr(d.fix.edits)) in applied), None)
+        if remains is not None:
+            for name in names:
+                texts[name] = originals[name]
+                outcome.edits_per_file.pop(name, None)
+            outcome.messages.append(
+                f"{remains.code}: not fixed: after its fix the finding remains ({remains.message}); "
+                f"{', '.join(names)} left unchanged"
+            )
+            outcome.refused += 1
+            return
+        if pass_no == MAX_PASSES:
+            return
+        candidates: list[tuple[Diagnostic, list[tuple[Edit, str]]]] = []
         for d in diagnostics:
             if d.fix is None:
                 continue
@@ -456,27 +746,126 @@ def _fix_experiment(
                     outcome.messages.append(_refusal(d, blocked[0], placed, located.sources))
                     outcome.refused += 1
                 continue
+            if any(t in broken for _, t in placed):
+                continue
+            candidates.append((d, placed))
+        results = _pass_results(candidates, texts, outcome, unsafe, broken)
+        if not results:
+            return
+        # written cleanly (no edit of its files reported a problem): its finding must be gone next pass
+        clean = {t for t, (new_text, problems, _) in results.items() if not problems and new_text != texts[t]}
+        applied.update(
+            (d.code, repr(d.fix.edits))
+            for d, placed in candidates
+            if d.fix and all(t in clean for _, t in placed)
+        )
+        changed = False
+        for target, (new_text, problems, count) in results.items():
+            outcome.messages.extend(f"{target}: {p}" for p in problems)
+            if new_text != texts[target]:
+                texts[target] = new_text
+                outcome.applied += count
+                outcome.edits_per_file[target] = outcome.edits_per_file.get(target, 0) + count
+                changed = True
+        if not changed:
+            return
+
+
+def _pass_results(
+    candidates: list[tuple[Diagnostic, list[tuple[Edit, str]]]],
+    texts: dict[str, str],
+    outcome: FixOutcome,
+    unsafe: set[tuple[str, str, str]],
+    broken: set[str],
+) -> dict[str, tuple[str, list[str], int]]:
+    """The new text of every file one pass edits, each checked to read back as its old text with the edits
+    applied. A file that does not (or cannot be rewritten) is left as it is, and every fix with a part in it
+    is dropped from the pass (in all its files: a fix is applied whole or not at all)."""
+    while True:
+        per_file, sharing = _drop_unsafe(candidates, texts, outcome, unsafe)
+        results: dict[str, tuple[str, list[str], int]] = {}
+        failed: tuple[str, str] | None = None
+        for target, edits in per_file.items():
+            try:
+                new_text, problems = _apply_file(texts[target], edits, sharing[target])
+            except FixError as exc:
+                failed = (target, str(exc))
+                break
+            if new_text != texts[target]:
+                why = _check_result(texts[target], new_text, edits, target)
+                if why is not None:
+                    failed = (
+                        target,
+                        f"not fixed: the edited file would not read back as intended ({why}); left unchanged, "
+                        "apply the fixes by hand",
+                    )
+                    break
+            results[target] = (new_text, problems, len(edits))
+        if failed is None:
+            return results
+        target, message = failed
+        broken.add(target)
+        outcome.messages.append(f"{target}: {message}")
+        outcome.refused += 1
+        candidates[:] = [c for c in candidates if all(t != target for _, t in c[1])]
+
+
+def _drop_unsafe(
+    candidates: list[tuple[Diagnostic, list[tuple[Edit, str]]]],
+    texts: dict[str, str],
+    outcome: FixOutcome,
+    unsafe: set[tuple[str, str, str]],
+) -> tuple[dict[str, list[Edit]], dict[str, _Sharing]]:
+    """The edits per file of the fixes that can be written correctly. A fix with an edit that goes through a
+    YAML anchor, alias or merge key in a way that would change other paths too is refused whole (one line
+    naming the key and what shares it); the others stay. Refusing one can make another unsafe (it no
+    longer sets every path of a shared anchor), so this repeats until nothing changes."""
+    sharing: dict[str, _Sharing] = {}
+    while True:
+        per_file: dict[str, list[Edit]] = {}
+        for _, placed in candidates:
             for edit, target in placed:
                 edits = per_file.setdefault(target, [])
                 if edit not in edits:
                     edits.append(edit)
-        if not per_file:
-            return
-        changed = False
-        for target, edits in per_file.items():
-            try:
-                new_text, problems = apply_edits(texts[target], edits)
-            except FixError as exc:
-                outcome.messages.append(f"{target}: {exc}")
-                continue
-            outcome.messages.extend(f"{target}: {p}" for p in problems)
-            if new_text != texts[target]:
-                texts[target] = new_text
-                outcome.applied += len(edits)
-                outcome.edits_per_file[target] = outcome.edits_per_file.get(target, 0) + len(edits)
-                changed = True
-        if not changed:
-            return
+        bad = None
+        for index, (d, placed) in enumerate(candidates):
+            for edit, target in placed:
+                if target not in sharing:
+                    sharing[target] = _Sharing(texts[target])
+                why = sharing[target].verdict(edit, per_file[target])
+                if why not in ("plain", "anchor"):
+                    bad = (index, d, target, why)
+                    break
+            if bad:
+                break
+        if bad is None:
+            return per_file, sharing
+        index, d, target, why = bad
+        del candidates[index]
+        assert d.fix is not None
+        key = (d.code, target, why)
+        if key not in unsafe:
+            unsafe.add(key)
+            outcome.messages.append(
+                f"{target}: {d.code}: not fixed: {why}; change it by hand: {d.fix.description}"
+            )
+            outcome.refused += 1
+
+
+def _apply_file(text: str, edits: Sequence[Edit], sharing: _Sharing) -> tuple[str, list[str]]:
+    """`apply_edits`, with each scalar shared through an anchor (and set the same way on every path that
+    shares it) replaced once, at its anchor, first."""
+    anchored = [e for e in edits if sharing.verdict(e, edits) == "anchor"]
+    if not anchored:
+        return apply_edits(text, edits)
+    spliced = _splice_anchored(text, sharing, anchored)
+    if spliced is None:
+        raise FixError("cannot rewrite a value shared through a YAML anchor in place; apply the fix by hand")
+    rest = [e for e in edits if e not in anchored]
+    if not rest:
+        return spliced, []
+    return apply_edits(spliced, rest)
 
 
 def _refusal(d: Diagnostic, blocked: str, placed: Sequence[tuple[Edit, str]], sources: Any) -> str:

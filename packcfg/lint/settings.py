@@ -8,6 +8,7 @@ and a `pyproject.toml` without a `[tool.packcfg]` table does not stop the search
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -16,8 +17,10 @@ from typing import Any
 
 from packcfg.core.config import ConfigError
 from packcfg.core.diagnostics import Severity
+from packcfg.core.inputs import check_input, describe_os_error
 
 PROFILES = ("current", "legacy")
+MAX_SETTINGS_BYTES = 16 * 1024 * 1024  # a pyproject.toml is kilobytes; a bigger one is not read into memory
 _KEYS = {"select", "ignore", "severity", "profile"}
 
 
@@ -133,20 +136,38 @@ def parse_settings(
 
 
 def find_settings_file(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
-    """The nearest settings file above `start` and its packcfg table."""
-    here = start.resolve()
-    if not here.is_dir():
+    """The nearest settings file above `start` and its packcfg table.
+
+    A settings name that exists but is not a readable regular file (a symlink loop or a dangling link, a
+    FIFO, a device, a folder) is an error naming it, never skipped: the lint would run with other settings."""
+    try:
+        here = start.resolve()
+    except (OSError, RuntimeError):  # a symlink loop on the way (pathlib raises RuntimeError for it)
+        here = Path(os.path.abspath(start))
+    try:
+        is_dir = here.is_dir()
+    except OSError:
+        is_dir = False
+    if not is_dir:
         here = here.parent
     for folder in (here, *here.parents):
         for name in ("packcfg.toml", "pyproject.toml"):
             candidate = folder / name
-            if not candidate.is_file():
+            try:
+                if not os.path.lexists(candidate):
+                    continue
+            except (OSError, ValueError):
                 continue
+            check_input(candidate, what="settings file", error=SettingsError, max_bytes=MAX_SETTINGS_BYTES)
             try:
                 with open(candidate, "rb") as fh:
                     doc = tomllib.load(fh)
-            except (OSError, tomllib.TOMLDecodeError) as exc:
+            except OSError as exc:
+                raise SettingsError(f"{candidate}: cannot read settings ({describe_os_error(exc)})") from None
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise SettingsError(f"{candidate}: cannot read settings ({exc})") from None
+            except RecursionError:
+                raise SettingsError(f"{candidate}: cannot read settings (nested too deeply)") from None
             if name == "packcfg.toml":
                 # Either top-level keys (like ruff.toml) or the same [tool.packcfg] table as pyproject.
                 table = doc.get("tool", {}).get("packcfg", doc) if "tool" in doc else doc

@@ -30,6 +30,7 @@ from packcfg.packing.sources import (
     load_tokenizer,
     spool,
     tokenizer_checksum,
+    tokenizer_inputs,
 )
 
 __all__ = ["detect_format", "spool"]  # re-exported for the commands
@@ -65,6 +66,7 @@ class PackSettings:
     shuffle: bool = True
     pad_to_max_length: bool | None = None  # noted in metadata only: rows are never padded in the file
     chat: bool | None = None  # the config's chat switches (None: no config); checked against the rows
+    vocab_size: int | None = None  # the config's model.vocab_size: a pad id must be below it
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint_fields(self) -> dict[str, Any]:
@@ -114,6 +116,15 @@ def _flag(config: Mapping[str, Any], dotted: str) -> bool:
     return str(_get(config, dotted, False)).lower() in {"true", "1", "yes"}
 
 
+MAX_PACK_SIZE = 2**31 - 1
+"""The largest pack size `pack` writes: a packed row's offsets (seq_start_id) are int32 in Bridge's format."""
+_ROW_BOUND = f"({MAX_PACK_SIZE}: seq_start_id is int32)"
+
+
+def _positive_or_none(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
 def settings_from_config(
     config: Mapping[str, Any], base_dir: Path | None = None, **overrides: Any
 ) -> PackSettings:
@@ -131,6 +142,12 @@ def settings_from_config(
         value = overrides.get(name)
         if value is not None and value <= 0:
             raise PackingError(f"{name.replace('_', '-')} must be > 0, got {value}")
+    if (overrides.get("capacity") or 0) > MAX_PACK_SIZE:
+        raise PackingError(
+            f"capacity {overrides['capacity']} is larger than a packed row can be {_ROW_BOUND}"
+        )
+    if overrides.get("seed") is not None and overrides["seed"] < 0:
+        raise PackingError(f"--seed must be >= 0, got {overrides['seed']}")
     specs = _get(config, "dataset.offline_packing_specs", {}) or {}
     if not isinstance(specs, Mapping):
         raise PackingError(f"config dataset.offline_packing_specs: expected a mapping, got {specs!r}")
@@ -188,10 +205,15 @@ def settings_from_config(
         pad_to_max_length=bool(_get(config, "dataset.dataset_kwargs.pad_to_max_length", False)),
         chat=_flag(config, "dataset.dataset_kwargs.chat")
         and _flag(config, "dataset.dataset_kwargs.use_hf_tokenizer_chat_template"),
+        vocab_size=_positive_or_none(_get(config, "model.vocab_size")),
     )
     if not settings.capacity:
         raise PackingError(
             "config dataset.offline_packing_specs.packed_sequence_size: not set (the pack size)"
+        )
+    if settings.capacity > MAX_PACK_SIZE:
+        raise PackingError(
+            f"config: pack size {settings.capacity} is larger than a packed row can be {_ROW_BOUND}"
         )
     if settings.capacity < 0 or settings.align <= 0:
         raise PackingError(
@@ -280,12 +302,6 @@ def make_plan(sp: Spool, settings: PackSettings, unpacked_gbs: int | None = None
         raise PackingError(msg) from None
 
 
-def _tokenizer_file(tokenizer: Path | None) -> Path | None:
-    if tokenizer is None:
-        return None
-    return tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
-
-
 def _packcfg_wrote(settings: PackSettings) -> Any:
     """`may_replace` for the packed file: it carries packcfg's entry in its Parquet metadata (or, for files
     from before that entry existed, packcfg's metadata JSON names it with a fingerprint)."""
@@ -326,7 +342,7 @@ def check_pack_outputs(
     config files), nor each other, nor a special file; with `final`, also not a symlink, and an existing
     packed file packcfg did not write (or a metadata file that is not packing metadata) needs `force`.
     Raises PackOutputRefused (a PackingError)."""
-    ins = [settings.source, settings.tokenizer, _tokenizer_file(settings.tokenizer), *inputs]
+    ins = [settings.source, *tokenizer_inputs(settings.tokenizer), *inputs]
     try:
         check_output(settings.output, inputs=ins, follow_symlinks=True, what="packed file")
         check_output(
@@ -342,6 +358,28 @@ def check_pack_outputs(
             check_output(settings.metadata, force=force, may_replace=_is_metadata, what="metadata file")
     except OutputRefused as exc:
         raise PackOutputRefused(str(exc)) from None
+
+
+_MAX_TOKEN_ID = 2**31 - 1  # input_ids are int32 in the packed file
+
+
+def _check_pad_id(pad_id: int, tokenizer: Any, vocab_size: int | None) -> None:
+    """A pad id is a token id: in [0, vocab) of the tokenizer that made the tokens (else of the config's
+    model.vocab_size, else of int32). PackingError naming the value and the bound."""
+    if tokenizer is not None:
+        vocab, what = (
+            int(tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)),
+            f"the tokenizer {tokenizer.path}",
+        )
+    elif vocab_size is not None:
+        vocab, what = vocab_size, "model.vocab_size"
+    else:
+        vocab, what = _MAX_TOKEN_ID + 1, "int32 token ids"
+    if type(pad_id) is not int or not 0 <= pad_id < vocab:
+        raise PackingError(
+            f"pad id (--pad-id) {pad_id!r} is not a token id: it must be in [0, {vocab}) ({what}); "
+            "leave it out to pad with the tokenizer's EOS"
+        )
 
 
 def pack_dataset(
@@ -360,6 +398,8 @@ def pack_dataset(
     output may not be written).
     """
     inputs = tuple(inputs)
+    if settings.pad_id is not None:
+        _check_pad_id(settings.pad_id, None, settings.vocab_size)  # before any file is read
     check_pack_outputs(settings, inputs=inputs, final=False)
     if not force:
         existing = up_to_date(settings)
@@ -368,9 +408,11 @@ def pack_dataset(
     check_pack_outputs(settings, force=force, inputs=inputs)
     fmt = detect_format(settings.source)
     tokenizer = _tokenizer_for(settings, fmt)
+    loaded = load_tokenizer(tokenizer) if tokenizer is not None else None
     pad_id = settings.pad_id
     if pad_id is None:
-        pad_id = load_tokenizer(tokenizer).pad_id if tokenizer is not None else 0
+        pad_id = loaded.pad_id if loaded is not None else 0
+    _check_pad_id(pad_id, loaded, settings.vocab_size)
     tokenizer_sum = tokenizer_checksum(tokenizer)
     with ThreadPoolExecutor(max_workers=1) as pool:
         # the source's sha256 is taken in a worker thread while the source is read (hashlib releases

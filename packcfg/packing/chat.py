@@ -27,6 +27,7 @@ What matches whom:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -93,7 +95,8 @@ def load_chat_template(folder: Path) -> ChatTemplate:
     config_path = folder / "tokenizer_config.json"
     config = _read_json_object(config_path) or {}
     jinja_path = folder / "chat_template.jinja"
-    if jinja_path.is_file():  # transformers prefers the separate file when both exist
+    if os.path.lexists(jinja_path):  # transformers prefers the separate file when both exist
+        check_input(jinja_path, error=PackingError)
         source = jinja_path
         try:
             text: Any = jinja_path.read_text(encoding="utf-8")

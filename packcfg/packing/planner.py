@@ -778,7 +778,14 @@ def _plan_pairs(
     item_of = np.full(n, -1, dtype=np.int64)
     item_of[item_sample] = np.arange(len(item_sample), dtype=np.int64)
     first, second = item_of[pair_arr[:, 0]], item_of[pair_arr[:, 1]]
-    unit_len = item_aligned[first.clip(0)] + item_aligned[second.clip(0)]
+    if max_per_pack is not None and max_per_pack < 2:
+        raise PlanError(
+            f"max_per_pack {max_per_pack} cannot hold a DPO pair (chosen and rejected): use 2 or more"
+        )
+    if len(item_aligned):
+        unit_len = item_aligned[first.clip(0)] + item_aligned[second.clip(0)]
+    else:  # every sample was dropped by the oversize policy
+        unit_len = np.zeros(len(first), dtype=np.int64)
     alive = (first >= 0) & (second >= 0)
     fits = unit_len <= capacity
     bad = alive & ~fits

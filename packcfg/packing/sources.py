@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
 
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]")
@@ -57,10 +58,9 @@ class Batch:
 def detect_format(path: Path) -> str:
     """`parquet` (token ids), `tokens` (JSONL of token ids), `text` (Bridge SFT JSONL input/output) or `chat`
     (JSONL rows of `messages`, rendered with the tokenizer's chat template: packcfg.packing.chat)."""
-    if not path.exists():
-        raise PackingError(f"{path}: no such file")
-    if path.is_dir():
+    if os.path.isdir(path):
         raise PackingError(f"{path}: is a directory, expected a .jsonl or .parquet file")
+    check_input(path, error=PackingError)  # never open a FIFO or a device (it blocks)
     if path.suffix.lower() in PARQUET_SUFFIXES:
         return "parquet"
     for lineno, obj in _jsonl_records(path):
@@ -108,6 +108,8 @@ def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
         raise PackingError(
             f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno}): {snippet!r}"
         ) from None
+    except RecursionError:
+        raise PackingError(f"{path}:{lineno}: malformed JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise PackingError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -622,12 +624,17 @@ class LoadedTokenizer:
 
 
 def _read_json_object(path: Path) -> dict[str, Any] | None:
+    if not os.path.lexists(path):
+        return None
+    check_input(path, error=PackingError)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         raise PackingError(f"{path}: not readable JSON ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise PackingError(f"{path}: not readable JSON (nested too deeply)") from None
     return data if isinstance(data, dict) else None
 
 
@@ -673,8 +680,15 @@ def load_tokenizer(path: Path) -> LoadedTokenizer:
     path = Path(path)
     if path.is_dir():
         path = path / "tokenizer.json"
-    if not path.is_file():
-        raise PackingError(f"{path}: tokenizer not found (need a local tokenizer.json; no hub downloads)")
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise PackingError(
+            f"{path}: tokenizer not found (need a local tokenizer.json; no hub downloads)"
+        ) from None
+    except OSError:
+        pass  # check_input names it
+    check_input(path, what="tokenizer", error=PackingError)
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises plain Exception subclasses
@@ -971,6 +985,16 @@ TOKENIZER_CONFIG_FILES = (
 )
 
 
+def tokenizer_inputs(path: Path | None) -> list[Path]:
+    """Every file a tokenizer path makes the command read: the path, its tokenizer.json and the config files
+    beside it (no output may be one of them)."""
+    if path is None:
+        return []
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    return [path, file, *(file.parent / name for name in TOKENIZER_CONFIG_FILES)]
+
+
 def tokenizer_checksum(path: Path | None) -> str | None:
     """sha256 of tokenizer.json, and of the config files beside it that choose the EOS id (when any exist):
     editing the EOS in tokenizer_config.json changes the packed tokens, so it must re-pack."""
@@ -994,6 +1018,7 @@ def file_checksum(path: Path | None) -> str | None:
     if path is None:
         return None
     h = hashlib.sha256()
+    check_input(path, error=PackingError)
     try:
         with open(path, "rb") as f:
             while chunk := f.read(1 << 22):

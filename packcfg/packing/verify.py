@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from packcfg.core.inputs import check_input
 from packcfg.packing import writer as _writer
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import OVERSIZE_POLICIES, PlanError, itemize
@@ -93,6 +94,7 @@ def _batches(packed: Path, batch_rows: int = 0) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    check_input(packed, error=PackingError)
     try:
         # no pre-buffering, no read-ahead threads: memory stays at one row group
         pf = pq.ParquetFile(packed, pre_buffer=False, buffer_size=1 << 20)

@@ -23,12 +23,14 @@ import numpy as np
 
 from packcfg import __version__
 from packcfg.core.atomic import atomic_path, atomic_write_text, check_output
+from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
 from packcfg.packing.parquet import Compressor, ListColumn, ListParquetWriter, RowGroup, encode_row_group
 from packcfg.packing.planner import PackPlan
 from packcfg.packing.sources import Spool, ordered_map
 
 FORMAT_VERSION = 1
+MAX_METADATA_BYTES = 64 * 1024 * 1024
 SPLIT_NAMES = ("train", "validation", "test")
 
 
@@ -317,6 +319,8 @@ def bridge_metadata(p: PackPlan) -> dict[str, Any]:
 
 def read_metadata(path: Path) -> list[dict[str, Any]]:
     """The metadata JSON: a list of dicts, one per split. Raises PackingError when unreadable."""
+    # never block on a FIFO or read /dev/zero forever; metadata is one small object per split
+    check_input(path, error=PackingError, max_bytes=MAX_METADATA_BYTES)
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -325,6 +329,8 @@ def read_metadata(path: Path) -> list[dict[str, Any]]:
         raise PackingError(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise PackingError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
+    except RecursionError:
+        raise PackingError(f"{path}: malformed JSON (nested too deeply)") from None
     if isinstance(data, dict):  # tolerate a single split written as an object
         data = [data]
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):

@@ -19,7 +19,7 @@ def test_fix_that_cannot_be_written_exits_2_with_one_line(tmp_path: Path, monkey
         raise PermissionError(13, "Permission denied")
 
     # a read-only folder as root cannot be made with chmod; the write itself is refused instead
-    monkeypatch.setattr("packcfg.lint.fix.atomic_write_text", refuse)
+    monkeypatch.setattr("packcfg.lint.fix.atomic_path", refuse)
     rc = main(["lint", str(target), "--fix"])
     err = capsys.readouterr().err
     assert rc == 2

@@ -85,11 +85,17 @@ def _fail(message: str) -> int:
 def _read_pack_metadata(path: str) -> list[dict[str, Any]]:
     import json
 
+    from packcfg.core.inputs import check_input, describe_os_error
+
+    # never block on /dev/zero or a FIFO, nor read gigabytes: packing metadata is one small object per split
+    check_input(path, what="--pack-metadata", error=ValueError, max_bytes=64 * 1024 * 1024)
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"--pack-metadata {path}: cannot read ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"--pack-metadata {path}: cannot read ({describe_os_error(exc)})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"--pack-metadata {path}: not JSON ({str(exc).splitlines()[0][:200]})") from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list) or not all(isinstance(x, dict) for x in data):
@@ -172,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             *map(str, listed),
             *args.config_files,
             *([args.pack_metadata] if args.pack_metadata else []),
+            *([str(settings.source)] if settings.source is not None else []),  # pyproject.toml/packcfg.toml
         ]
         try:
             check_output(args.output, inputs=inputs, what="--output")

@@ -106,6 +106,14 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
         raise PackingError(f"{source}: a data file needs --capacity N (the pack size in tokens)")
     if args.capacity <= 0:
         raise PackingError(f"--capacity must be > 0, got {args.capacity}")
+    from packcfg.packing.api import MAX_PACK_SIZE
+
+    if args.capacity > MAX_PACK_SIZE:
+        raise PackingError(
+            f"--capacity {args.capacity} is larger than a packed row can be ({MAX_PACK_SIZE}: seq_start_id is int32)"
+        )
+    if args.seed is not None and args.seed < 0:
+        raise PackingError(f"--seed must be >= 0, got {args.seed}")
     if out is None:
         out = source.with_name(source.stem + ".packed.parquet")
     if meta is None:

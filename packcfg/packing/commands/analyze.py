@@ -36,10 +36,10 @@ def _run(args: argparse.Namespace) -> int:
     from packcfg.packing.errors import PackingError
     from packcfg.packing.planner import ALGORITHMS
     from packcfg.packing.report import format_comparison, format_table, stats_rows, to_json, write_plot
-    from packcfg.packing.sources import TOKENIZED_FORMATS
+    from packcfg.packing.sources import TOKENIZED_FORMATS, tokenizer_inputs
 
     settings, config = resolve_settings(args, need_output=False)
-    inputs = [settings.source, settings.tokenizer]
+    inputs = [settings.source, *tokenizer_inputs(settings.tokenizer)]
     if config is not None:
         inputs += [Path(args.input), *map(Path, args.config_files)]
     if args.plot is not None:  # refused before any work: never over an input, a special file or a link

@@ -50,7 +50,9 @@ def _run(args: argparse.Namespace) -> int:
 
     settings, config = resolve_settings(args, need_output=True)
     inputs = [Path(args.input), *map(Path, args.config_files)] if config is not None else []
-    npy_inputs = (settings.source, settings.tokenizer, settings.metadata, *inputs)
+    from packcfg.packing.sources import tokenizer_inputs
+
+    npy_inputs = (settings.source, *tokenizer_inputs(settings.tokenizer), settings.metadata, *inputs)
     if args.bridge_npy is not None:  # refused before any packing, not after
         from packcfg.packing.writer import check_bridge_npy_output
 

@@ -63,8 +63,10 @@ def _run(args: argparse.Namespace) -> int:
         raise PackingError("-c and overrides apply to an experiment YAML, not to a packed file")
     if args.capacity is not None and args.capacity <= 0:
         raise PackingError(f"--capacity must be > 0, got {args.capacity}")
-    if metadata is not None and not metadata.is_file():
-        raise PackingError(f"{metadata}: no such file")
+    if metadata is not None:
+        from packcfg.core.inputs import check_input
+
+        check_input(metadata, what="--metadata", error=PackingError)
     report = verify_packed(packed, metadata, source, tokenizer, args.capacity, max(1, args.max_errors))
     for msg in report.errors:
         print(msg, file=sys.stderr)
