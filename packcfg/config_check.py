@@ -7,8 +7,8 @@ How each input is read (docs/python.md):
   temporary folder (Python sets written as sorted lists: OmegaConf cannot load the `!!set` PyYAML writes), then
   linted as that file; line and column point into that YAML (`cfg.to_yaml()`), `path` names the key;
 - an OmegaConf `DictConfig`: `OmegaConf.to_yaml(cfg)` (interpolations kept; lint resolves them, as Bridge does);
-- a mapping: its values as Python holds them (no YAML round trip); there are no positions, so a diagnostic's
-  `path` is its location (`file` is `<dict>`, line and column 1).
+- a mapping: its values as Python holds them (no YAML round trip); it has no lines, so a diagnostic's `path` is
+  its location (`file` is `<dict>`, line and column 1).
 Nothing here imports Pydantic, torch or megatron; OmegaConf only when the object is already one.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from packcfg.core.config import ConfigError, LocatedConfig, check_overrides, merge_documents
 from packcfg.core.diagnostics import ConfigPath, Diagnostic, Severity
-from packcfg.core.yamlsource import MAX_DEPTH, YamlDocument, load_text
+from packcfg.core.yamlsource import MAX_DEPTH, PosNode, YamlDocument, load_text
 from packcfg.lint.settings import Settings
 
 DICT_SOURCE = "<dict>"
@@ -207,46 +207,55 @@ _SCALARS = (str, int, float, bool, type(None))
 
 
 def mapping_document(data: Mapping[Any, Any], source: str = DICT_SOURCE) -> YamlDocument:
-    """A mapping as a loaded document without positions: values as Python holds them (an Enum member as its name,
-    as lint reads Bridge's enum dumps; a tuple or set as a list; a path as text). ConfigError naming the key for
-    anything else (an object, a non-text key, nesting deeper than a YAML file may have, a cycle)."""
+    """A mapping as a loaded document: values as Python holds them (an Enum member as its name, as lint reads
+    Bridge's enum dumps; a tuple or set as a list; a path as text). ConfigError naming the key for anything else
+    (an object, a non-text key, nesting deeper than a YAML file may have, a cycle).
+
+    Every key is placed at line 1, column 1 of `source`: a mapping has no lines, but its keys must still say that
+    they were set here and not by a base recipe merged under them (rules skip what a base recipe set)."""
     enum_dump = False
 
-    def plain(value: Any, path: tuple[str, ...], depth: int) -> Any:
+    def plain(value: Any, path: tuple[str, ...], depth: int) -> tuple[Any, dict[str, PosNode]]:
         nonlocal enum_dump
         if depth > MAX_DEPTH:
             raise ConfigError(
                 f"{source}: {_dotted(path)}: nested deeper than {MAX_DEPTH} levels (or a cycle)"
             )
         if isinstance(value, enum.Enum):  # before the scalars: an IntEnum is an int too
-            return value.name
+            return value.name, {}
         if isinstance(value, bool | int | float | str) or value is None:
-            return value if type(value) in _SCALARS else _SCALAR_BASE[_scalar_kind(value)](value)
+            return (value if type(value) in _SCALARS else _SCALAR_BASE[_scalar_kind(value)](value)), {}
         if isinstance(value, PurePath):
-            return str(value)
+            return str(value), {}
+        items: list[tuple[str, Any]]
         if isinstance(value, Mapping):
-            out: dict[str, Any] = {}
+            items = []
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise ConfigError(
                         f"{source}: {_dotted(path)}: key {key!r} is not text (config keys are strings)"
                     )
                 enum_dump = enum_dump or key == "_name_"
-                out[key] = plain(item, (*path, key), depth + 1)
-            return out
-        if isinstance(value, list | tuple):
-            return [plain(item, (*path, str(i)), depth + 1) for i, item in enumerate(value)]
-        if isinstance(value, set | frozenset):
-            return [plain(item, (*path, str(i)), depth + 1) for i, item in enumerate(sorted(value, key=str))]
-        raise ConfigError(
-            f"{source}: {_dotted(path)}: a value of type {type(value).__qualname__} is not config data "
-            "(mappings, lists, text, numbers, booleans, None)"
-        )
+                items.append((key, item))
+        elif isinstance(value, list | tuple | set | frozenset):
+            ordered = sorted(value, key=str) if isinstance(value, set | frozenset) else value
+            items = [(str(i), item) for i, item in enumerate(ordered)]
+        else:
+            raise ConfigError(
+                f"{source}: {_dotted(path)}: a value of type {type(value).__qualname__} is not config data "
+                "(mappings, lists, text, numbers, booleans, None)"
+            )
+        out: dict[str, Any] = {}
+        tree: dict[str, PosNode] = {}
+        for key, item in items:
+            out[key], children = plain(item, (*path, key), depth + 1)
+            tree[key] = PosNode(source, 1, 1, children)
+        return (out if isinstance(value, Mapping) else list(out.values())), tree
 
-    data = plain(data, (), 0)
+    data, positions = plain(data, (), 0)
     # `_name_` in the text is what tells the loader to read Bridge's enum dumps (config._as_read); a mapping has
     # no text, so it carries that word alone when such a dump is in it
-    return YamlDocument(source, data, {}, [], "_name_" if enum_dump else "")
+    return YamlDocument(source, data, positions, [], "_name_" if enum_dump else "")
 
 
 _SCALAR_BASE: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
