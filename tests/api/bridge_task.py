@@ -1,0 +1,24 @@
+"""A Bridge-style training entry for the NeMo-Run plugin test, in a real module: NeMo-Run runs a Partial's
+function on the node by importing it, so one defined in __main__ fails there (environment.md, NeMo-Run traps).
+
+`finetune(config, forward_step_func)` has Megatron Bridge's `finetune` signature; it records the config it got in
+the file named by PACKCFG_TEST_RAN, so the test can tell that the task ran, and with which values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def forward_step(state: Any, data_iterator: Any, model: Any) -> None:
+    """Stands for Bridge's `gpt_step.forward_step`; never called here."""
+    raise NotImplementedError
+
+
+def finetune(config: dict[str, Any], forward_step_func: Any) -> None:
+    Path(os.environ["PACKCFG_TEST_RAN"]).write_text(
+        json.dumps({"config": config, "forward_step_func": forward_step_func.__name__})
+    )
