@@ -179,7 +179,8 @@ def _omegaconf_yaml(cfg: Any) -> str:
 @contextmanager
 def _sets_as_sorted_lists() -> Iterator[None]:
     """PyYAML writes a Python set (LoRA's `target_modules` in some releases) as `!!set`, which OmegaConf (and so
-    Bridge's own YAML loading) cannot read; write it as a sorted list for as long as Bridge dumps."""
+    Bridge's own YAML loading) cannot read; write it as a sorted list for as long as Bridge dumps. Like Bridge's
+    own `safe_yaml_representers`, this changes PyYAML's SafeDumper for that time (not thread-safe)."""
     import yaml
 
     saved = yaml.SafeDumper.yaml_representers.get(set)
@@ -198,9 +199,15 @@ def container_yaml(cfg: Any) -> str:
     through `to_dict()` and `yaml.safe_dump` with Bridge's own representers), read back as text."""
     with tempfile.TemporaryDirectory(prefix="packcfg-check-") as folder:
         target = Path(folder) / "config.yaml"
-        with _sets_as_sorted_lists():
-            cfg.to_yaml(str(target))
-        return target.read_text(encoding="utf-8")
+        try:
+            with _sets_as_sorted_lists():
+                cfg.to_yaml(str(target))
+            return target.read_text(encoding="utf-8")
+        except Exception as exc:  # Bridge could not write its own config out: one line, not its traceback
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ConfigError(
+                f"{CONTAINER_SOURCE}: Bridge's to_yaml() failed: {type(exc).__name__}: {first}"
+            ) from None
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -252,10 +259,10 @@ def mapping_document(data: Mapping[Any, Any], source: str = DICT_SOURCE) -> Yaml
             tree[key] = PosNode(source, 1, 1, children)
         return (out if isinstance(value, Mapping) else list(out.values())), tree
 
-    data, positions = plain(data, (), 0)
+    converted, positions = plain(data, (), 0)
     # `_name_` in the text is what tells the loader to read Bridge's enum dumps (config._as_read); a mapping has
     # no text, so it carries that word alone when such a dump is in it
-    return YamlDocument(source, data, positions, [], "_name_" if enum_dump else "")
+    return YamlDocument(source, converted, positions, [], "_name_" if enum_dump else "")
 
 
 _SCALAR_BASE: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}

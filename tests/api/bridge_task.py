@@ -22,3 +22,12 @@ def finetune(config: dict[str, Any], forward_step_func: Any) -> None:
     Path(os.environ["PACKCFG_TEST_RAN"]).write_text(
         json.dumps({"config": config, "forward_step_func": forward_step_func.__name__})
     )
+
+
+def packed_config(micro_batch_size: int) -> dict[str, Any]:
+    """Builds a config mapping, as `run.Config(ConfigContainer, ...)` builds a container: the plugin builds it."""
+    return {
+        "model": {"seq_length": 4096},
+        "train": {"micro_batch_size": micro_batch_size, "global_batch_size": 64},
+        "dataset": {"enable_offline_packing": True, "offline_packing_specs": {"packed_sequence_size": 4096}},
+    }

@@ -16,7 +16,7 @@ os.environ["NEMORUN_HOME"] = str(OUT / "nemorun")  # before nemo_run is imported
 
 import nemo_run as run  # noqa: E402
 import yaml  # noqa: E402
-from bridge_task import finetune, forward_step  # noqa: E402
+from bridge_task import finetune, forward_step, packed_config  # noqa: E402
 
 from packcfg import CheckError  # noqa: E402
 from packcfg.integrations.nemo_run_plugin import PackcfgCheck  # noqa: E402
@@ -64,6 +64,8 @@ results = {
     "refused": add("refused", partial(PACKED), PackcfgCheck(), launch=True),
     "allowed": add("allowed", partial(PACKED), PackcfgCheck(allow=["PK110"])),
     "launched": add("launched", partial(FIXED), PackcfgCheck(), launch=True),
+    # a run.Config that builds the config (as run.Config(ConfigContainer, ...) does): built, then checked
+    "buildable": add("buildable", partial(run.Config(packed_config, micro_batch_size=2)), PackcfgCheck()),
     "no_config": add("no_config", run.Partial(finetune, forward_step_func=forward_step), PackcfgCheck()),
 }
 (OUT / "packed.yaml").write_text(yaml.safe_dump(PACKED))

@@ -184,3 +184,16 @@ def test_import_packcfg_stays_light() -> None:
     code = "import sys, packcfg; packcfg.check({}); print('pydantic' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_public_names_are_exported_lazily() -> None:
+    assert {"check", "Experiment", "CheckError", "lint_file"} <= set(packcfg.__all__)
+    assert {"check", "Experiment", "CheckError"} <= set(dir(packcfg))
+    code = (
+        "import sys, packcfg; import packcfg.experiment; assert callable(packcfg.check); "
+        "assert packcfg.check is packcfg.config_check.check; print('pydantic' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
+    with pytest.raises(AttributeError):
+        packcfg.no_such_name  # noqa: B018

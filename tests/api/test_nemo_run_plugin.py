@@ -59,8 +59,9 @@ def test_a_clean_config_launches_and_the_task_runs(results) -> None:
     }
 
 
-def test_allow_and_missing_config(results) -> None:
+def test_allow_buildable_and_missing_config(results) -> None:
     found, _ = results
+    assert found["buildable"]["codes"] == ["PK110"]
     assert found["allowed"]["refused"] is None
     assert "PK110" in found["allowed"]["codes"]  # reported, not blocking
     assert "has no argument 'config' to check" in found["no_config"]["error"]
