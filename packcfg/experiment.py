@@ -34,7 +34,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from packcfg.core.config import ConfigError
+from packcfg.core.config import ConfigError, get_path
 from packcfg.core.diagnostics import Diagnostic, Severity
 from packcfg.core.schema import BRIDGE_SECTIONS, OWN_SECTIONS, SECTIONS, Nested
 
@@ -90,16 +90,9 @@ def _error(d: Diagnostic, loc: tuple[str, ...], data: Any) -> InitErrorDetails:
     # `{` in a message would be read as a template field by PydanticCustomError: the message goes in as one
     message = "{message}"
     ctx["message"] = d.message
-    return InitErrorDetails(type=PydanticCustomError(d.code, message, ctx), loc=loc, input=_at(data, loc))
-
-
-def _at(data: Any, loc: tuple[str, ...]) -> Any:
-    node = data
-    for key in loc:
-        if not isinstance(node, Mapping) or key not in node:
-            return None
-        node = node[key]
-    return node
+    return InitErrorDetails(
+        type=PydanticCustomError(d.code, message, ctx), loc=loc, input=get_path(data, loc)
+    )
 
 
 class _ExperimentBase(_Dumped):

@@ -24,10 +24,16 @@ def finetune(config: dict[str, Any], forward_step_func: Any) -> None:
     )
 
 
-def packed_config(micro_batch_size: int) -> dict[str, Any]:
-    """Builds a config mapping, as `run.Config(ConfigContainer, ...)` builds a container: the plugin builds it."""
+def packed_config(micro_batch_size: int, global_batch_size: int = 64) -> dict[str, Any]:
+    """An offline-packed SFT config mapping (PK110 unless micro_batch_size is 1); also used as a builder, as
+    `run.Config(ConfigContainer, ...)` is: the plugin builds a run.Config argument before checking it."""
     return {
         "model": {"seq_length": 4096},
-        "train": {"micro_batch_size": micro_batch_size, "global_batch_size": 64},
-        "dataset": {"enable_offline_packing": True, "offline_packing_specs": {"packed_sequence_size": 4096}},
+        "train": {"micro_batch_size": micro_batch_size, "global_batch_size": global_batch_size},
+        "dataset": {
+            "_target_": "megatron.bridge.training.config.FinetuningDatasetConfig",
+            "seq_length": 4096,
+            "enable_offline_packing": True,
+            "offline_packing_specs": {"packed_sequence_size": 4096},
+        },
     }

@@ -21,17 +21,8 @@ from bridge_task import finetune, forward_step, packed_config  # noqa: E402
 from packcfg import CheckError  # noqa: E402
 from packcfg.integrations.nemo_run_plugin import PackcfgCheck  # noqa: E402
 
-PACKED = {
-    "model": {"seq_length": 4096},
-    "train": {"micro_batch_size": 2, "global_batch_size": 64},
-    "dataset": {
-        "_target_": "megatron.bridge.training.config.FinetuningDatasetConfig",
-        "seq_length": 4096,
-        "enable_offline_packing": True,
-        "offline_packing_specs": {"packed_sequence_size": 4096},
-    },
-}
-FIXED = {**PACKED, "train": {"micro_batch_size": 1, "global_batch_size": 32}}
+PACKED = packed_config(2)
+FIXED = packed_config(1, 32)
 RAN = OUT / "ran.json"
 
 
