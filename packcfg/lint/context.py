@@ -53,10 +53,15 @@ class RuleContext:
 
     def written_path(self, path: ConfigPath) -> ConfigPath:
         """The path as the user spelled it (a legacy key maps back to where it was written)."""
-        for i in range(len(path), 0, -1):
-            if path[:i] in self.renamed:
-                return self.renamed[path[:i]] + path[i:]
-        return path
+        return written_path(path, self.renamed)
 
     def position(self, path: ConfigPath) -> Position:
         return self.sources.position(self.written_path(path))
+
+
+def written_path(path: ConfigPath, renamed: dict[ConfigPath, ConfigPath]) -> ConfigPath:
+    """`path` (normalised) as the user spelled it, given `Normalized.renamed` (normalised -> as written)."""
+    for i in range(len(path), 0, -1):
+        if path[:i] in renamed:
+            return renamed[path[:i]] + path[i:]
+    return path
