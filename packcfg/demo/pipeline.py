@@ -135,6 +135,9 @@ def _run_stages(options: DemoOptions, config_path: Path, iters: int, stage: Path
 
         units = PackedParquet(packing["train_path"])  # one reader, shared: both runs get the same packs
 
+    def saved(path: Path) -> None:  # the folder it will have once the staging folder is swapped in
+        say(f"saved {Path(options.output_dir) / path.relative_to(stage)}")
+
     runs: dict[str, dict[str, Any]] = {}
     for i, batching in enumerate(RUNS, start=5):
         what = (
@@ -146,7 +149,7 @@ def _run_stages(options: DemoOptions, config_path: Path, iters: int, stage: Path
             _stage(i, f"train {batching}", f"{iters} steps, {what}", say, timings, key=f"train_{batching}"),
             _torch_threads(options.threads),
         ):
-            runs[batching] = train_stage(config, batching, units, stage)
+            runs[batching] = train_stage(config, batching, units, stage, on_saved=saved)
             if batching == "padded":  # the strongest padded baseline: the headline's reference
                 runs[GROUPED] = train_stage(*grouped_baseline(config, units), stage, name=GROUPED)
 
@@ -325,9 +328,15 @@ class _GroupUnits:
 
 
 def train_stage(
-    config: dict[str, Any], batching: Batching, units: Any, stage: Path, name: str | None = None
+    config: dict[str, Any],
+    batching: Batching,
+    units: Any,
+    stage: Path,
+    name: str | None = None,
+    on_saved: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
-    """One training run into `stage/<name or batching>/` (metrics.jsonl; checkpoints for the packed run)."""
+    """One training run into `stage/<name or batching>/` (metrics.jsonl; checkpoints for the packed run,
+    each announced through `on_saved`)."""
     from packcfg.train.loop import TrainOptions, train
 
     name = name or batching
@@ -338,7 +347,9 @@ def train_stage(
     try:
         result = train(
             run_config,
-            TrainOptions(batching=batching, output_dir=stage / name, units=units, progress=True),
+            TrainOptions(
+                batching=batching, output_dir=stage / name, units=units, progress=True, on_saved=on_saved
+            ),
         )
     except (ValueError, FileNotFoundError) as exc:
         raise DemoError(f"train {name}: {exc}") from None
@@ -430,8 +441,7 @@ def write_outputs(result: dict[str, Any], stage: Path) -> None:
         rows["padded"],
         fills,
         f"packcfg demo: {result['config_name']}, {tr['steps']} steps x {tr['global_batch_size']} packs",
-        tr["packed"]["tokens_per_s"],
-        tr["padded"]["tokens_per_s"],
+        tr,
     )
     _write_bytes(stage / PLOT_NAME, png)
     _write_text(stage / "summary.md", summ.format_markdown(result))

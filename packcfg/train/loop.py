@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ class TrainOptions:
     faults: Faults = NO_FAULTS  # equivalence-test controls only
     units: Units | None = None  # training data given directly (tests, bench) instead of from the config
     progress: bool = True
+    # called (main rank) with each checkpoint's path instead of printing `saved PATH`: the demo names
+    # the final folder, not its staging one
+    on_saved: Callable[[Path], None] | None = None
 
 
 @dataclass
@@ -195,7 +199,10 @@ def _train(config: dict[str, Any], s: TrainSettings, options: TrainOptions, layo
                 ckpt_format=s.ckpt_format,
             )
             result.checkpoints.append(path)
-            _say(layout, f"saved {path}")
+            if options.on_saved is None:
+                _say(layout, f"saved {path}")
+            elif layout.is_main:
+                options.on_saved(Path(path))
     metrics.close()
     return result
 

@@ -90,6 +90,26 @@ def test_progress_and_printed_summary(demo_run: dict[str, Any], summary: dict[st
     assert f"step     {QUICK_STEPS}/{QUICK_STEPS}" in text  # the trainer's progress lines
     assert "packcfg demo summary" in text
     assert f"speedup {summary['train']['speedup']:.2f}x" in text
+    # only final paths: the checkpoint is announced where it is once the demo ends, never in the staging folder
+    assert ".partial-" not in text
+    ckpt = summary["train"]["packed"]["checkpoints"][-1]
+    assert f"saved {demo_run['out'] / ckpt}" in text
+
+
+def test_throughput_panel_leads_with_length_grouped(summary: dict[str, Any]) -> None:
+    """The picture's title and bars lead with length-grouped padding, the padded run second, labelled as the
+    worst case; the numbers are the printed summary's."""
+    from packcfg.demo.plot import throughput_bars, throughput_title
+
+    train = summary["train"]
+    names, rates, _ = throughput_bars(train)
+    assert names[:2] == ["packed", "length-grouped\npadding"] and names[2].startswith("worst case:")
+    assert "seq_length 512" in names[2]  # the tiny recipe pads every row to seq_length
+    assert rates == [train[r]["tokens_per_s"] for r in ("packed", "length_grouped", "padded")]
+    title = throughput_title(train)
+    grouped, worst = f"{train['speedup_length_grouped']:.2f}x", f"{train['speedup']:.2f}x"
+    assert grouped in title and worst in title and title.index(grouped) < title.index(worst)
+    assert "length-grouped" in title and "worst case" in title
 
 
 def test_training_numbers_match_the_metrics_files(demo_run: dict[str, Any], summary: dict[str, Any]) -> None:

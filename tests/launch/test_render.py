@@ -375,9 +375,23 @@ def test_strict_undefined_is_an_error() -> None:
 def test_render_cli(tmp_path: Path) -> None:
     out = packcfg("render", str(TINY), "--out", str(tmp_path / "b"), "--set", "train.train_iters=5")
     assert out.returncode == 0, out.stderr
-    assert str(tmp_path / "b" / "sbatch.sh") in out.stdout
     assert "config sha256" in out.stderr
     assert yaml.safe_load((tmp_path / "b" / "config.yaml").read_text())["train"]["train_iters"] == 5
+    # a summary, not one line per file: the folder, the job scripts, how many files and bytes
+    files = sorted(p for p in (tmp_path / "b").rglob("*") if p.is_file())
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"bundle {tmp_path / 'b'}/"
+    scripts = next(line for line in lines if line.lstrip().startswith("job scripts"))
+    assert {"sbatch.sh", "torchrun.sh", "pack.sbatch.sh", "nemo_run_driver.py"} <= set(
+        scripts.split(None, 2)[2].split(", ")
+    )
+    size = sum(p.stat().st_size for p in files) / 1024**2
+    assert f"  {len(files)} files, {size:.1f} MiB" in out.stdout
+    assert len(lines) < 10 < len(files)
+
+    verbose = packcfg("render", str(TINY), "--out", str(tmp_path / "b"), "--verbose")
+    assert verbose.returncode == 0, verbose.stderr
+    assert sorted(verbose.stdout.splitlines()) == sorted(str(p) for p in files)
 
 
 def test_render_cli_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -134,13 +134,25 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-def test_out_moves_checkpoints_too(tmp_path):
-    """Issue 16: `--out`/`--output-dir` moved metrics but left checkpoints in checkpoint.save."""
+def test_out_moves_checkpoints_and_packed_data_too(tmp_path):
+    """Issue 16: `--out`/`--output-dir` moved metrics but left checkpoints in checkpoint.save; issue 24: and
+    the packed data in the config's packed_train_data_path. `--out DIR` holds everything the run writes."""
     proc = cli(tmp_path, *ONE_PROCESS, "--out", "elsewhere")
     assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere"]  # nothing under ./runs
     assert (tmp_path / "elsewhere" / "metrics.jsonl").is_file()
     assert (tmp_path / "elsewhere" / "checkpoints" / "iter_0000001").is_dir()
-    assert not (tmp_path / "runs" / "tiny_cpu_sft" / "checkpoints").exists()
+    assert (tmp_path / "elsewhere" / "packed" / "train.parquet").is_file()
+    assert (tmp_path / "elsewhere" / "packed" / "metadata.json").is_file()
+
+
+def test_out_keeps_a_packed_path_named_on_the_command_line(tmp_path):
+    key = "dataset.offline_packing_specs.packed_train_data_path"
+    proc = cli(tmp_path, *ONE_PROCESS, "--out", "elsewhere", f"{key}=shared/train.parquet")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "shared" / "train.parquet").is_file()
+    assert not (tmp_path / "elsewhere" / "packed" / "train.parquet").exists()
+    assert (tmp_path / "elsewhere" / "packed" / "metadata.json").is_file()  # not named: follows --out
 
 
 def test_bad_training_data_is_one_line_on_one_process(tmp_path):

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     on_rank = "RANK" in os.environ
     try:
         config = load_config([args.config, *args.config_files], args.overrides)
-        if not on_rank and _checkpoints_follow_output_dir(config, args):
+        if not on_rank and _outputs_follow_output_dir(config, args):
             config = load_config([args.config, *args.config_files], args.overrides)
     except ConfigError as exc:
         return _fail(f"packcfg train: {exc}")
@@ -93,15 +93,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoints_follow_output_dir(config: dict, args: argparse.Namespace) -> bool:
-    """`--out DIR` is the run's folder: metrics in DIR and checkpoints in DIR/checkpoints (unless the command
-    line sets checkpoint.save itself). Added as an override, so the ranks see the same."""
-    save = (config.get("checkpoint") or {}).get("save")
-    named = any(o.lstrip("+").startswith("checkpoint.save=") for o in args.overrides)
-    if not args.output_dir or not save or named:
+PACKED_KEYS = ("packed_train_data_path", "packed_val_data_path", "packed_metadata_path")
+
+
+def _outputs_follow_output_dir(config: dict, args: argparse.Namespace) -> bool:
+    """`--out DIR` is the run's folder and holds everything the run writes: metrics in DIR, checkpoints in
+    DIR/checkpoints, the packed data in DIR/packed/<file name as configured>, each unless the command line
+    sets that key itself. Added as overrides (the config's own spelling of the specs section), so the
+    ranks see the same. Whether any override was added."""
+    if not args.output_dir:
         return False
-    args.overrides.append(f"++checkpoint.save={Path(args.output_dir) / 'checkpoints'}")
-    return True
+    out = Path(args.output_dir)
+    named = {o.lstrip("+").split("=", 1)[0] for o in args.overrides}
+    moved: dict[str, Path] = {}
+    if (config.get("checkpoint") or {}).get("save"):
+        moved["checkpoint.save"] = out / "checkpoints"
+    dataset = config.get("dataset") or {}
+    section = next(
+        (k for k in ("offline_packing_specs", "packed_sequence_specs") if isinstance(dataset.get(k), dict)),
+        None,
+    )
+    if section is not None:
+        for key in PACKED_KEYS:
+            value = dataset[section].get(key)
+            if isinstance(value, str) and value:
+                moved[f"dataset.{section}.{key}"] = out / "packed" / Path(value).name
+    added = [f"++{key}={path}" for key, path in moved.items() if key not in named]
+    args.overrides.extend(added)
+    return bool(added)
 
 
 def _fail(message: str) -> int:
