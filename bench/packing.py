@@ -16,8 +16,11 @@ Then bfd at long context (capacities 32k and 128k; lognormal, uniform, realish):
 NumPy argsort of the same lengths and against the segment-tree reference (skipped above 2M samples, where
 it takes minutes per row), packs against the bound.
 
+Then bfd on few distinct lengths (63, 300, 600, 999: heavy-tailed, like real SFT corpora; 63 and 999 sit just
+under the planner's thresholds) at 2k-128k, warm and in a fresh process (cold).
+
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
-       [--long-only] [--long-n N] [--with-python] [--repeat K]
+       [--long-only] [--few-only] [--long-n N] [--with-python] [--repeat K]
 """
 
 from __future__ import annotations
@@ -480,6 +483,147 @@ def long_context_table(n: int, with_python: bool) -> None:
     print_table(header, rows)
 
 
+def few_distinct_lengths(n: int, capacity: int, distinct: int, seed: int = 7) -> np.ndarray:
+    """SFT-like corpora with few distinct lengths (real ones: 550-615 at 30k-64k samples): `distinct`
+    values from a heavy-tailed log-normal over [1, capacity], drawn with Zipf-like weights."""
+    rng = np.random.default_rng(seed)
+    pool = np.unique(np.clip(rng.lognormal(np.log(capacity / 24), 1.3, 20 * distinct), 1, capacity))
+    pool = pool.astype(np.int64)
+    pool = np.unique(pool)
+    values = rng.choice(pool, size=min(distinct, len(pool)), replace=False)
+    weights = 1.0 / np.arange(1, len(values) + 1) ** 0.8
+    out = rng.choice(values, size=n, p=weights / weights.sum())
+    missing = np.setdiff1d(values, out)  # every value at least once: exactly `distinct` distinct lengths
+    out[: len(missing)] = missing
+    return out
+
+
+def l2_bound(a: np.ndarray, capacity: int) -> int:
+    """Martello and Toth's L2 lower bound on the packs (>= ceil(sum / capacity)): for every threshold k <=
+    capacity / 2, items over capacity - k each need a pack of their own, items over capacity / 2 too, and
+    items in [k, capacity / 2] need whatever space the second group leaves, and more packs past it."""
+    values, counts = np.unique(a, return_counts=True)
+    best = -(-int(a.sum()) // capacity)
+    for k in np.concatenate([[0], values[values <= capacity // 2]]):
+        j1 = values > capacity - k
+        j2 = (values > capacity / 2) & ~j1
+        j3 = (values >= k) & (values <= capacity / 2)
+        n12 = int(counts[j1 | j2].sum())
+        free = int(counts[j2].sum()) * capacity - int((values[j2] * counts[j2]).sum())
+        need = int((values[j3] * counts[j3]).sum()) - free
+        best = max(best, n12 + max(0, -(-need // capacity)))
+    return best
+
+
+FEW_DISTINCT = (63, 300, 600, 999)  # 63 and 999: just under the planner's thresholds (64 and 1,000)
+FEW_CAPACITIES = (2048, 8192, 32_768, 131_072)
+
+COLD = r"""
+import json, sys, time
+import numpy as np
+sys.path.insert(0, {root!r})
+from packcfg.packing import plan, planner
+sys.path.insert(0, {bench!r})
+from packing import few_distinct_lengths
+a = few_distinct_lengths({n}, {cap}, {d})
+t = time.process_time()
+p = plan(a, {cap})
+_ = p.order
+dt = time.process_time() - t
+k = sys.modules.get("packcfg.packing._bfd_kernel")
+print(json.dumps(dict(t=dt, kernel=bool(k and k.loaded()))))
+"""
+
+
+def few_distinct_table(sizes: tuple[int, ...]) -> None:
+    """bfd on a few hundred distinct lengths (issue 23): warm (kernel loaded) and cold (a fresh process)."""
+    from packcfg.packing import _bfd_kernel, planner
+
+    plan(np.arange(1, 2001), 4096)  # load the compiled kernel (numba cache) outside the warm timings
+    print(
+        f"\n## Few distinct lengths: bfd warm, N = {', '.join(f'{n:,}' for n in sizes)}  "
+        f"(kernel: {'numba' if _bfd_kernel.available() else 'pure Python'}; "
+        f"load average {os.getloadavg()[0]:.1f})\n"
+    )
+    header = [
+        "distinct",
+        "N",
+        "cap",
+        "argsort ms",
+        "bfd ms",
+        "x argsort",
+        "python ms",
+        "packs",
+        "LB",
+        "L2",
+        "gap L2",
+        "time ok",
+        "packs ok",
+    ]
+    rows = []
+    for d in FEW_DISTINCT:
+        for n in sizes:
+            for cap in FEW_CAPACITIES:
+                a = few_distinct_lengths(n, cap, d)
+                t_sort, _ = _best_of(lambda a=a: np.argsort(a), 5)
+                t_bfd, _ = _best_of(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
+                p = plan(a, cap, "bfd")
+                present, counts = np.unique(a, return_counts=True)
+                t_py, _ = _best_of(
+                    lambda a=a, cap=cap, v=present[::-1], c=counts[::-1]: planner._grouped_best_fit_python(
+                        a, cap, 1 << 62, c, v
+                    ).build(),
+                    1,
+                )
+                lb = -(-int(a.sum()) // cap)
+                l2 = l2_bound(a, cap)
+                ok = t_bfd <= 3 * t_sort or t_bfd < 0.010
+                rows.append(
+                    [
+                        f"{len(present)}",
+                        f"{n:,}",
+                        str(cap),
+                        f"{1e3 * t_sort:.2f}",
+                        f"{1e3 * t_bfd:.2f}",
+                        f"{t_bfd / t_sort:.2f}",
+                        f"{1e3 * t_py:.1f}",
+                        f"{p.num_packs:,}",
+                        f"{lb:,}",
+                        f"{l2:,}",
+                        str(p.num_packs - l2),
+                        "ok" if ok else "MISS",
+                        "ok" if p.num_packs <= l2 + max(5, l2 // 10_000) else "MISS",
+                    ]
+                )
+    print_table(header, rows)
+    print(
+        "\nbfd ms: best of 5 CPU ms, kernel loaded; python ms: the pure-Python path alone (what ran below "
+        "1,000 distinct lengths before issue 23); time: bfd <= 3x argsort or < 10 ms; packs: <= L2 + max(5, 0.01%). LB = ceil(sum / cap); "
+        "L2: Martello-Toth's bound (items over cap / 2 need a pack each; these tails reach the capacity)."
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    bench = str(Path(__file__).resolve().parent)
+    cold = []
+    for d in FEW_DISTINCT:
+        n, cap = sizes[-1], 32_768
+        out = subprocess.run(
+            [sys.executable, "-c", COLD.format(root=root, bench=bench, n=n, cap=cap, d=d)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        cold.append(
+            [str(d), f"{n:,}", str(cap), f"{1e3 * r['t']:.1f}", "kernel" if r["kernel"] else "python"]
+        )
+    print("\n## Few distinct lengths: bfd cold (first plan in a fresh process)\n")
+    print_table(["distinct", "N", "cap", "cpu ms", "path that finished"], cold)
+    print(
+        "\ncold: planning CPU of the first plan() in a fresh process, numba's import and cache load included "
+        "where the kernel ran."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: 100k / 1M / 100k")
@@ -490,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--e2e-only", action="store_true", help="only the end-to-end pack/verify rows")
     ap.add_argument("--long-only", action="store_true", help="only the long-context (32k/128k) bfd rows")
     ap.add_argument("--long-n", type=int, help="samples per long-context row (default 1M; --quick 100k)")
+    ap.add_argument("--few-only", action="store_true", help="only the few-distinct-lengths bfd rows")
     ap.add_argument("--with-python", action="store_true", help="long rows: also time bfd's pure-Python path")
     ap.add_argument(
         "--repeat", type=int, default=3, help="end-to-end runs per step (the table shows the min)"
@@ -506,9 +651,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.long_only:
         long_context_table(long_n, args.with_python)
         return 0
+    if args.few_only:
+        few_distinct_table((30_000, 64_000))
+        return 0
     if not args.e2e_only:
         quality_table(n, args.skip_slow)
         long_context_table(long_n, args.with_python)
+        few_distinct_table((30_000, 64_000))
         big_table(big)
     e2e(n_e2e, args.repeat)
     return 0

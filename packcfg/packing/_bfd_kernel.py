@@ -39,6 +39,12 @@ def available() -> bool:
     return _HAVE_NUMBA and os.environ.get("PACKCFG_PLANNER_KERNEL", "").lower() not in ("python", "0", "off")
 
 
+def loaded() -> bool:
+    """Whether the kernel is compiled (or loaded from numba's cache) in this process: then a call costs
+    what the planning costs, with nothing to load first."""
+    return _HAVE_NUMBA and bool(_run.signatures) and bool(_scatter.signatures)
+
+
 def _njit(fn: Any) -> Any:
     if _HAVE_NUMBA:
         return _nb.njit(cache=True, nogil=True)(fn)

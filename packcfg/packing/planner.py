@@ -13,6 +13,10 @@ memory than the planning itself. `PackPlan.bins` is a lazy sequence of index arr
 from __future__ import annotations
 
 import bisect
+import importlib.util
+import os
+import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -384,10 +388,42 @@ def _sorted_desc(a: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- best fit
 
 
-# distinct lengths from which bfd/histogram use the compiled kernel (packcfg/packing/_bfd_kernel.py)
-_KERNEL_MIN_DISTINCT = 1000
+# Which path plans bfd/histogram follows measured cost (docs/packing.md, "The bfd kernel"):
+# - below _KERNEL_MIN_DISTINCT distinct lengths the Python path runs: it costs well under a millisecond
+#   per thousand samples there, about what the kernel's fixed overhead costs even when loaded;
+# - once the kernel is loaded in this process (warm: 1-2 ms where Python takes 10-250 ms on a few hundred
+#   distinct lengths), it plans everything else;
+# - cold, loading it costs about _KERNEL_LOAD_S of CPU (importing numba, then reading its cache): the
+#   Python path runs first with that much CPU time as its budget and hands over to the kernel if it runs
+#   out (so a cold plan costs at most about twice the cheaper path), except from _KERNEL_SURE_DISTINCT
+#   distinct lengths, where Python is known to cost more than the load and the kernel runs at once.
+# Both paths give the same plan byte for byte, so the choice never changes a plan.
+_KERNEL_MIN_DISTINCT = 64
+_KERNEL_SURE_DISTINCT = 1000
+# measured on the shared 2-CPU box (numba 0.68.1, cache present): import numba 0.25 s, first call 0.40 s
+_NUMBA_IMPORT_S = 0.25
+_KERNEL_LOAD_S = 0.40
 # the kernel indexes open packs by remaining capacity (an int32 per capacity, touched only where used)
 _KERNEL_MAX_CAPACITY = 1 << 26
+
+
+def _kernel_budget() -> float | None:
+    """CPU seconds the Python path may spend before the kernel is cheaper: 0.0 when the kernel is loaded
+    in this process, the measured cost of loading it otherwise, None when it cannot run."""
+    kernel = sys.modules.get("packcfg.packing._bfd_kernel")
+    if kernel is not None:
+        if not kernel.available():
+            return None
+        if kernel.loaded():
+            return 0.0
+        return _KERNEL_LOAD_S
+    if "numba" in sys.modules:
+        return _KERNEL_LOAD_S
+    if os.environ.get("PACKCFG_PLANNER_KERNEL", "").lower() in ("python", "0", "off"):
+        return None  # (same test as _bfd_kernel.available(), without importing numba to make it)
+    if importlib.util.find_spec("numba") is None:
+        return None
+    return _NUMBA_IMPORT_S + _KERNEL_LOAD_S
 
 
 def _grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> _Packing:
@@ -409,21 +445,39 @@ def _grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) ->
     else:  # lengths far above the item count: a histogram would be huge and nearly empty
         present, counts = np.unique(a, return_counts=True)
         present, counts = present[::-1], counts[::-1]
-    # below _KERNEL_MIN_DISTINCT the Python path costs less than loading numba; above
-    # _KERNEL_MAX_CAPACITY the kernel's per-remaining-capacity index would not fit in memory
+    # which path: see _KERNEL_MIN_DISTINCT above; past _KERNEL_MAX_CAPACITY the kernel's
+    # per-remaining-capacity index would not fit in memory
+    budget = None
     if len(present) >= _KERNEL_MIN_DISTINCT and capacity <= _KERNEL_MAX_CAPACITY:
-        from packcfg.packing import _bfd_kernel  # lazy: numba's import is not free
+        budget = _kernel_budget()
+        if budget is not None and len(present) >= _KERNEL_SURE_DISTINCT:
+            budget = 0.0
+    if budget != 0.0:
+        packing = _grouped_best_fit_python(a, capacity, k_max, counts, present, budget)
+        if packing is not None:
+            return packing
+    from packcfg.packing import _bfd_kernel  # lazy: numba's import is not free
 
-        if _bfd_kernel.available():
-            offsets, fills, kbuild = _bfd_kernel.grouped_best_fit(present, counts, capacity, k_max)
-            return _Packing(offsets, fills=fills, build=lambda: kbuild(a))
-    return _grouped_best_fit_python(a, capacity, k_max, counts, present)
+    if not _bfd_kernel.available():  # numba found but failed to import
+        return _grouped_best_fit_python(a, capacity, k_max, counts, present)  # type: ignore[return-value]
+    offsets, fills, kbuild = _bfd_kernel.grouped_best_fit(present, counts, capacity, k_max)
+    return _Packing(offsets, fills=fills, build=lambda: kbuild(a))
 
 
 def _grouped_best_fit_python(
-    a: np.ndarray, capacity: int, k_max: int, counts_of: np.ndarray, present: np.ndarray
-) -> _Packing:
-    """The pure-Python path: the fallback without numba, and the oracle the kernel is tested against."""
+    a: np.ndarray,
+    capacity: int,
+    k_max: int,
+    counts_of: np.ndarray,
+    present: np.ndarray,
+    budget: float | None = None,
+) -> _Packing | None:
+    """The pure-Python path: the fallback without numba, and the oracle the kernel is tested against.
+
+    With a `budget` (CPU seconds) it gives up and returns None once planning has cost that much.
+    """
+    deadline = None if budget is None else time.process_time() + budget
+    steps = 0
     values = present.tolist()
     counts = counts_of.tolist()
     smallest = values[-1]
@@ -464,6 +518,9 @@ def _grouped_best_fit_python(
 
     for g, (length, n) in enumerate(zip(values, counts, strict=True)):
         while n > 0:
+            steps += 1
+            if deadline is not None and not steps & 63 and time.process_time() > deadline:
+                return None
             i = bisect.bisect_left(keys, (length, -1))
             if i == len(keys):
                 q = min(capacity // length, k_max) if length else k_max

@@ -50,3 +50,27 @@ def test_every_output_format_stays_light(repo_root: Path, tmp_path: Path) -> Non
         code, modules = _modules("lint", str(repo_root / "recipes"), "--format", fmt)
         assert code == 0
         assert not {m.split(".")[0] for m in modules} & {"torch", "megatron", "nemo_run", "matplotlib"}
+
+
+# what one-file `packcfg lint` (stdout report) needs none of: the report-file writer and its temp names
+# (core.atomic: secrets, hashlib), ruamel (--fix only), numpy (packing), the heavy flows (issue 23)
+ONE_FILE_UNNEEDED = (*HEAVY, "numpy", "secrets", "hashlib", "packcfg.core.atomic", "packcfg.lint.fix")
+
+
+def test_one_file_lint_imports_every_rule_and_nothing_it_does_not_need(repo_root: Path) -> None:
+    code, modules = _modules("lint", str(repo_root / "recipes" / "tiny_cpu_sft.yaml"))
+    assert code == 0
+    assert sorted(m for m in modules if m in ONE_FILE_UNNEEDED or m.split(".")[0] in ONE_FILE_UNNEEDED) == []
+    rule_modules = {
+        f"packcfg.lint.rules.{p.stem}"
+        for p in (repo_root / "packcfg" / "lint" / "rules").glob("*.py")
+        if not p.stem.startswith("_")
+    }
+    assert rule_modules and rule_modules <= modules  # every rule module is loaded: every rule still runs
+
+
+def test_report_file_loads_the_atomic_writer(repo_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.txt"
+    code, modules = _modules("lint", str(repo_root / "recipes" / "tiny_cpu_sft.yaml"), "--output", str(out))
+    assert code == 0 and out.exists()
+    assert "packcfg.core.atomic" in modules

@@ -29,12 +29,13 @@ def _kernel(which: str):
 
 @contextlib.contextmanager
 def _always_kernel():
-    old = planner._KERNEL_MIN_DISTINCT
-    planner._KERNEL_MIN_DISTINCT = 0  # small arrays too: otherwise they would take the Python path
+    old = planner._KERNEL_MIN_DISTINCT, planner._KERNEL_SURE_DISTINCT
+    # small arrays too, and at once even before the kernel is loaded: otherwise they take the Python path
+    planner._KERNEL_MIN_DISTINCT = planner._KERNEL_SURE_DISTINCT = 0
     try:
         yield
     finally:
-        planner._KERNEL_MIN_DISTINCT = old
+        planner._KERNEL_MIN_DISTINCT, planner._KERNEL_SURE_DISTINCT = old
 
 
 def _both(lengths, capacity, algorithm="bfd", **kw):
@@ -140,6 +141,7 @@ def test_fallback_without_numba_gives_the_same_plan(monkeypatch):
 def test_kernel_is_used_when_numba_is_installed(monkeypatch):
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
     monkeypatch.setattr(planner, "_KERNEL_MIN_DISTINCT", 0)
+    monkeypatch.setattr(planner, "_KERNEL_SURE_DISTINCT", 0)
     assert _bfd_kernel.available()
     monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
     p = plan([5, 3, 3, 2, 8, 1], 8)
@@ -149,6 +151,56 @@ def test_kernel_is_used_when_numba_is_installed(monkeypatch):
 def test_small_histograms_skip_the_kernel(monkeypatch):
     monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *a: pytest.fail("kernel ran for 3 lengths"))
     assert plan([5, 3, 3, 2, 8, 1], 8).num_packs == 3
+
+
+def _few_hundred_distinct(n=20_000, seed=4):
+    rng = np.random.default_rng(seed)
+    values = rng.choice(np.arange(1, 30_000), size=400, replace=False)
+    return rng.choice(values, size=n)
+
+
+@needs_numba
+def test_a_loaded_kernel_plans_a_few_hundred_distinct_lengths(monkeypatch):
+    """Once the kernel is loaded it plans inputs far below the old 1,000-distinct threshold (issue 23)."""
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    plan(np.arange(1, 2001), 4096)  # 2,000 distinct lengths: loads the kernel
+    assert _bfd_kernel.loaded()
+    a = _few_hundred_distinct()
+    with _kernel("python"):
+        want = plan(a, 32_768)
+    monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
+    got = plan(a, 32_768)
+    assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.order, want.order)
+
+
+@needs_numba
+def test_cold_python_hands_over_to_the_kernel_when_over_budget(monkeypatch):
+    """Cold, the Python path plans within the kernel's load cost or hands over: the same plan either way."""
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    a = _few_hundred_distinct()
+    with _kernel("python"):
+        want = plan(a, 32_768)
+    monkeypatch.setattr(planner, "_kernel_budget", lambda: 1e-9)  # as if loading the kernel cost nothing
+    ran = []
+    real_py, real_k = planner._grouped_best_fit_python, _bfd_kernel.grouped_best_fit
+    monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *x: ran.append("py") or real_py(*x))
+    monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *x: ran.append("kernel") or real_k(*x))
+    got = plan(a, 32_768)
+    assert ran == ["py", "kernel"]
+    assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.order, want.order)
+    monkeypatch.setattr(planner, "_kernel_budget", lambda: 100.0)  # loading would cost more: Python plans
+    ran.clear()
+    got = plan(a, 32_768)
+    assert ran == ["py"]
+    assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.order, want.order)
+
+
+def test_python_path_gives_up_past_its_budget():
+    a = _few_hundred_distinct()
+    present, counts = np.unique(a, return_counts=True)
+    args = (a, 32_768, 1 << 62, counts[::-1], present[::-1])
+    assert planner._grouped_best_fit_python(*args, 0.0) is None
+    assert planner._grouped_best_fit_python(*args, None) is not None
 
 
 @needs_numba

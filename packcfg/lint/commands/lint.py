@@ -234,7 +234,12 @@ def run(args: argparse.Namespace) -> int:
         and not os.environ.get("NO_COLOR")
         and os.environ.get("TERM") != "dumb"
     )
-    from packcfg.core.atomic import OutputRefused
+    # core.atomic (with secrets, hashlib, signal) only where a report file is written: stdout never refuses
+    refused: tuple[type[Exception], ...] = ()
+    if args.output is not None:
+        from packcfg.core.atomic import OutputRefused
+
+        refused = (OutputRefused,)
 
     try:
         if result.files or not result.errors:  # nothing was linted: the one-line errors below say why
@@ -245,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 report = get_reporter(args.format)(result.diagnostics, result.files, color=color)
             write_report(report, args.output, inputs)
-    except OutputRefused as exc:
+    except refused as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"--output {args.output}: cannot write ({exc.strerror or exc})")
