@@ -32,6 +32,10 @@ DEPS_06=(numpy packaging "omegaconf==2.3.0" "hydra-core==1.3.4" "transformers==5
   "diffusers>=0.36" "tensorboard>=2.19" "accelerate" "safetensors" "tokenizers" pyarrow jinja2 pydantic
   "ruamel.yaml" "triton==3.9.0")
 
+# 0.3.1: what `megatron.bridge.training.pretrain` imports unguarded beyond the config layer (measured: the
+# end-to-end test's imports).
+DEPS_TRAIN=("nvidia-resiliency-ext==0.4.1" "nvidia-modelopt==0.44.0" "tensorboard>=2.19")
+
 fail() { echo "oracle: $1"; exit 1; }
 
 key() {  # $1 = line: a hash of this script and the pyproject oracle extra
@@ -78,7 +82,9 @@ build() {  # $1 = line
     pip_ --no-deps megatron-core==0.16.1 megatron-bridge==0.3.1 || fail "megatron-core/megatron-bridge install failed"
     # The config layer's dependencies (pinned in pyproject's `oracle` extra) and packcfg itself.
     pip_ -e '.[oracle]' || fail "oracle extra install failed"
-    pip_ pyarrow jinja2 pydantic ruamel.yaml tokenizers || fail "packcfg's render/pack dependencies failed"
+    # What Bridge's training entry (run_recipe.py -> finetune/pretrain) imports beyond the config layer, and
+    # packcfg's render/pack dependencies (the end-to-end test renders and packs in this venv).
+    pip_ "${DEPS_TRAIN[@]}" pyarrow jinja2 pydantic ruamel.yaml tokenizers || fail "training-entry dependencies failed"
   else
     pip_ "${DEPS_06[@]}" || fail "0.6 dependencies install failed"
     pip_ --no-deps --ignore-requires-python megatron-core==0.19.2 megatron-bridge==0.6.2 \
@@ -86,6 +92,9 @@ build() {  # $1 = line
     pip_ --no-deps -e . || fail "packcfg install failed"
     # Python 3.11 has no typing.override (3.12): Bridge 0.6 imports it. A sitecustomize gives typing the
     # typing_extensions one, before anything imports Bridge; nothing else is changed.
+    # (No nvidia-resiliency-ext here: 0.4.1, the newest with a cp311 wheel, fails megatron-core 0.19.2's
+    # import-time check for >= 0.6.0; the end-to-end test stands in for the one name 0.6's pretrain.py
+    # imports unguarded, see scripts/bridge_data/cpu_env.py.)
     local site
     site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     printf '%s\n' "import typing" "if not hasattr(typing, 'override'):" \

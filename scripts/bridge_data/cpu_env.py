@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -197,6 +198,30 @@ def install_standins() -> None:
         "fused_weight_gradient_mlp_cuda", types.ModuleType("fused_weight_gradient_mlp_cuda")
     )
     _INSTALLED = True
+
+
+def install_nvrx_standin() -> bool:
+    """Bridge 0.6.x's `megatron.bridge.training.pretrain` imports `nvidia_resiliency_ext.inprocess.CallWrapper`
+    unguarded (a type for its in-process restart, off unless `inprocess_restart.enabled`). No
+    nvidia-resiliency-ext fits Python 3.11 and megatron-core 0.19.2 at once (0.6.0 is cp312-only; 0.4.1
+    fails megatron-core's import-time check for >= 0.6.0), so where none is installed, a stand-in offers
+    that one name, a class nothing can build; any other attribute raises AttributeError, and megatron-core's
+    own `import nvidia_resiliency_ext...checkpointing` probes still fail as without the package.
+    Returns True when the stand-in was put in place. Only the end-to-end worker (tests/oracle) uses it."""
+    try:
+        if importlib.util.find_spec("nvidia_resiliency_ext.inprocess") is not None:
+            return False
+    except ImportError:
+        pass
+    root = _StrictModule("nvidia_resiliency_ext")
+    root.__path__ = []
+    root.__file__ = __file__
+    inprocess = _StrictModule("nvidia_resiliency_ext.inprocess")
+    inprocess.__file__ = __file__
+    inprocess.CallWrapper = type("CallWrapper", (_StandInOnly,), {"__module__": inprocess.__name__})
+    root.inprocess = inprocess
+    sys.modules.update({root.__name__: root, inprocess.__name__: inprocess})
+    return True
 
 
 def _device_properties(device=None):
