@@ -117,6 +117,7 @@ def bridge_spec(section: Any) -> BridgeSpec:
 BUNDLE_ENV = "PACKCFG_BUNDLE"
 BUNDLE_REF = "${oc.env:" + BUNDLE_ENV + "}"
 TOKENIZER_DIR = "tokenizer"
+TOKENIZER_CLASS = "megatron.bridge.training.tokenizers.config.TokenizerConfig"  # 0.3.1 and 0.6.x
 LIB_DATA = "lib/packcfg/data/"
 # v0.3.1 src/megatron/bridge/training/config.py: FinetuningDatasetConfig's fields (its recipes' SFT dataset is
 # HFDatasetConfig, a subclass that downloads `dataset_name` from the Hub when the job starts).
@@ -419,6 +420,13 @@ def plan(config: Mapping[str, Any], spec: BridgeSpec) -> BridgePlan:
         checkpoint["load"] = checkpoint["save"]
     plan_ = BridgePlan(data)
     plan_.files = files
+    if files and isinstance(tokenizer, dict):
+        # The bundle's tokenizer replaces the recipe's, and with it the recipe's settings for its own
+        # tokenizer (e.g. Nemotron recipes' hf_tokenizer_kwargs eos_token '<SPECIAL_12>', which would add a
+        # token to this one and make it the EOS Bridge pads with): the section is handed over whole, the
+        # user's own tokenizer settings kept.
+        data["tokenizer"] = {"_target_": TOKENIZER_CLASS, **tokenizer}
+        plan_.whole += ("tokenizer",)
     dataset = data.get("dataset")
     if not isinstance(dataset, dict):
         dataset = {}
@@ -517,7 +525,10 @@ def plan(config: Mapping[str, Any], spec: BridgeSpec) -> BridgePlan:
             else None
         )
         data["dataset"] = whole
-        plan_.whole = ("dataset",)
+        plan_.whole += ("dataset",)
+        _to_031_sections(data)
+        if base:
+            _check_known({k: v for k, v in data.items() if k != "dataset"}, base)
     else:
         new: dict[str, Any] = dict(HF_FIELDS_06)
         new.update(dataset)
@@ -527,6 +538,51 @@ def plan(config: Mapping[str, Any], spec: BridgeSpec) -> BridgePlan:
         new["offline_packing_specs"] = specs if packing else None
         data["dataset"] = new
     return plan_
+
+
+# 0.6's `validation` section (r0.6.0 training/config.py ValidationConfig) was part of `train` in 0.3.1.
+VALIDATION_TO_TRAIN_031 = ("eval_interval", "eval_iters", "skip_train")
+
+
+def _to_031_sections(data: dict[str, Any]) -> None:
+    """0.6-era sections of the overlay in 0.3.1's place (the dataset is translated by `plan`)."""
+    validation = data.pop("validation", None)
+    if validation is None:
+        return
+    if not isinstance(validation, Mapping):
+        raise _refuse("validation", validation, "expected a mapping")
+    train = data.setdefault("train", {})
+    for key, value in validation.items():
+        if key not in VALIDATION_TO_TRAIN_031:
+            raise _refuse(
+                f"validation.{key}", value, "Bridge 0.3.1 has no such field (its eval settings are train.*)"
+            )
+        if key in train and train[key] != value:
+            raise _refuse(
+                f"validation.{key}",
+                value,
+                f"train.{key} = {train[key]!r} says otherwise (0.3.1 has only that one)",
+            )
+        train[key] = value
+
+
+def _check_known(data: Mapping[str, Any], base: Mapping[str, Any], prefix: str = "") -> None:
+    """Every override key must be a field of the recipe's config (0.3.1's override parser runs in struct
+    mode: an unknown key stops the job at start with "Could not override"). `base` is packcfg's snapshot of
+    the 0.3.1 recipe (Bridge's own to_yaml of it)."""
+    for key, value in data.items():
+        if key == "_target_":
+            continue
+        path = f"{prefix}{key}"
+        if key not in base:
+            raise _refuse(
+                path,
+                value,
+                "not a field of the Bridge 0.3.1 recipe's config (run_recipe.py would stop: "
+                '"Could not override"); remove it or render for launch.bridge.version 0.6',
+            )
+        if isinstance(value, Mapping) and isinstance(base[key], Mapping):
+            _check_known(value, base[key], path + ".")
 
 
 def overlay(config: Mapping[str, Any], version: str = "0.6") -> dict[str, Any]:
