@@ -202,7 +202,8 @@ class BridgePlan:
     data: dict[str, Any]
     files: dict[str, bytes] = field(default_factory=dict)
     preps: list[Prep] = field(default_factory=list)
-    # sections handed over whole (`~KEY` then `+KEY={...}`): 0.3.1's dataset, whose class changes
+    # sections handed over whole (`KEY=null` then `KEY={...}`): 0.3.1's dataset, whose class changes,
+    # and the tokenizer when the bundle carries its own
     whole: tuple[str, ...] = ()
 
     def prep_commands(self) -> list[str]:
@@ -621,8 +622,10 @@ def _value(value: Any) -> str:
 def overrides(data: Mapping[str, Any], whole: tuple[str, ...] = ()) -> list[str]:
     """The overlay as `KEY=VALUE` overrides, leaves in file order. `_target_` keys are left out: the
     named recipe owns the classes (an override cannot swap a dataclass's type). A section in `whole` is
-    handed over as one value instead, `_target_` included: `~KEY` then `+KEY={...}` (Bridge's
-    apply_overrides instantiates a mapping that names its class, so the section's class changes)."""
+    handed over as one value instead, `_target_` included: `KEY=null` then `KEY={...}`, so that nothing
+    of the recipe's section is merged into it (Hydra merges a mapping into a mapping; into null it sets
+    it), and Bridge's apply_overrides instantiates the mapping as the class it names. (Not `~KEY`: 0.6.x's
+    run_recipe.py takes only words with `=`.)"""
     out: list[str] = []
 
     def walk(node: Mapping[str, Any], prefix: str) -> None:
@@ -631,7 +634,7 @@ def overrides(data: Mapping[str, Any], whole: tuple[str, ...] = ()) -> list[str]
                 continue
             path = f"{prefix}{key}"
             if not prefix and key in whole and isinstance(value, Mapping):
-                out.extend([f"~{path}", f"+{path}={_value(value)}"])
+                out.extend([f"{path}=null", f"{path}={_value(value)}"])
             elif isinstance(value, Mapping) and value:
                 walk(value, path + ".")
             else:

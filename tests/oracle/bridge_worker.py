@@ -12,7 +12,7 @@ does the data part of Bridge's setup with Bridge's own functions, in the order s
 `build_tokenizer(cfg.tokenizer)`, the dataset provider (`get_dataset_provider(cfg.dataset)`, bound to the
 tokenizer as setup binds it), which builds Bridge's own packed train and validation datasets from the files
 the config names, then `build_pretraining_data_loader(...)` with the arguments `data/loaders.py` passes for
-data-parallel rank 0, and the first batch of each loader (Bridge's collate). It saves them with what Bridge
+data-parallel rank 0, and the first batch of each loader (Bridge's collate) and the pack rows it holds (the indices read, through the dataset's own samples_mapping). It saves them with what Bridge
 was given (torch.save to $PACKCFG_E2E_OUT) and stops the job (exit 0).
 
 Also recorded: every warning of Bridge's override code (`omegaconf_utils`: a key it skipped or could not
@@ -55,16 +55,32 @@ def _data_parallel_size(cfg) -> int:
     return max(1, world // per)
 
 
+class _Recording:
+    """The dataset as Bridge's data loader sees it (length, indexing), recording the indices it reads."""
+
+    def __init__(self, ds) -> None:
+        self.ds, self.seen = ds, []
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, index):
+        self.seen.append(int(index))
+        return self.ds[index]
+
+
 def _loader_batch(samplers, ds, cfg, consumed: int):
-    """The first batch of Bridge's own data loader for `ds`, data-parallel rank 0 (as data/loaders.py)."""
+    """The first batch of Bridge's own data loader for `ds`, data-parallel rank 0 (as data/loaders.py), and
+    the pack rows it holds: the indices the loader read, through the dataset's own samples_mapping."""
     if ds is None:
         return None, None
+    recording = _Recording(ds)
     loader = samplers.build_pretraining_data_loader(
-        ds,
+        recording,
         consumed,
         cfg.dataset.dataloader_type,
         cfg.train.micro_batch_size,
-        0,  # num_workers: the same batches, without worker processes
+        0,  # num_workers: the same batches, read in this process
         cfg.dataset.data_sharding,
         collate_fn=ds.collate_fn if hasattr(ds, "collate_fn") else None,
         pin_memory=False,
@@ -73,8 +89,15 @@ def _loader_batch(samplers, ds, cfg, consumed: int):
         data_parallel_size=_data_parallel_size(cfg),
         global_batch_size=cfg.train.global_batch_size,
     )
-    indices = list(next(iter(loader.batch_sampler))) if loader.batch_sampler is not None else None
-    return next(iter(loader)), indices
+    batch = next(iter(loader))
+    mapping = getattr(ds, "samples_mapping", None)
+    rows = []
+    for index in recording.seen:
+        row = mapping[index] if mapping is not None else index
+        row = row[0] if isinstance(row, tuple | list) or getattr(row, "ndim", 0) else row  # 0.3.1: (idx, ...)
+        assert int(row) >= 0, f"padding sample {row} in the first batch"
+        rows.append(int(row))
+    return batch, rows
 
 
 def main() -> None:
