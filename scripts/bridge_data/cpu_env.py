@@ -86,6 +86,13 @@ TE_EXTENSIONS = (
     "megatron.core.extensions.transformer_engine_spec_provider",
 )
 
+# Hub commits that megatron-bridge 0.6.2's recipes load their model config at (recipes/qwen/h100/qwen3.py:
+# _QWEN3_8B_MODEL_REVISION, _QWEN3_30B_A3B_MODEL_REVISION); 0.3.1's recipes read `main`.
+PINNED_REVISIONS = {
+    "Qwen/Qwen3-8B": ("b968826d9c46dd6066d109eabc6255188de91218",),
+    "Qwen/Qwen3-30B-A3B": ("ad44e777bcd18fa416d9da3bd8f70d33ebb85d39",),
+}
+
 _HERE = Path(__file__).resolve().parent
 _INSTALLED = False
 
@@ -240,11 +247,13 @@ def hf_cache(root: Path, model_ids: list[str] | None = None) -> Path:
     for model_id in model_ids or sorted(HF_CONFIGS):
         cfg = HF_CONFIGS[model_id]
         repo = hub / ("models--" + model_id.replace("/", "--"))
-        snap = repo / "snapshots" / ("0" * 40)
-        snap.mkdir(parents=True, exist_ok=True)
-        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / "main").write_text("0" * 40)
-        (snap / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
+        # main, and the commits Bridge 0.6.x recipes pin (`revision=`): the same published config
+        for commit in ("0" * 40, *PINNED_REVISIONS.get(model_id, ())):
+            snap = repo / "snapshots" / commit
+            snap.mkdir(parents=True, exist_ok=True)
+            (snap / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     os.environ["HF_HOME"] = str(root)
     os.environ["HF_HUB_CACHE"] = str(hub)
     os.environ["HF_HUB_OFFLINE"] = "1"

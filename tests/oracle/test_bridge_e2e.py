@@ -173,7 +173,10 @@ def _run(case: Case, tmp: Path, scripts: Path, fake_bin: Path, user_data: Path) 
     bundle = tmp / "bundle"
     words = list(case.overrides)
     if case.local_data:
-        words.append(f"dataset.dataset_root={user_data}")
+        # the user's declared data and pretrained checkpoint (0.6.x's validate() checks that it exists)
+        pretrained = tmp / "pretrained"
+        pretrained.mkdir()
+        words += [f"dataset.dataset_root={user_data}", f"checkpoint.pretrained_checkpoint={pretrained}"]
     words += [
         f"launch.bridge.script={scripts / 'scripts' / 'training' / 'run_recipe.py'}",
         f"launch.bridge.version={BRIDGE}",
@@ -202,7 +205,9 @@ def _run(case: Case, tmp: Path, scripts: Path, fake_bin: Path, user_data: Path) 
     return bundle, torch.load(out, weights_only=False)
 
 
-def _differences(batch: dict, indices: list[int], parquet: Path, size: int, faults=None) -> list[str]:
+def _differences(
+    batch: dict, indices: list[int], parquet: Path, size: int, faults=None, align: int = 1
+) -> list[str]:
     """Where Bridge's batch rows differ from packcfg's packs at `indices` (empty: identical)."""
     import torch
 
@@ -217,14 +222,24 @@ def _differences(batch: dict, indices: list[int], parquet: Path, size: int, faul
     for row, index in enumerate(indices):
         p = build_micro_batch([units[index]], data, faults or NO_FAULTS)
         real = p.real_tokens
+        logical_ok = True
         if "cu_seqlens" in batch:  # 0.3.1: -1 after cu_seqlens_argmin
             cu = batch["cu_seqlens"][row][: int(batch["cu_seqlens_argmin"][row])].tolist()
-        else:  # 0.6.x: the last boundary repeated
-            cu = batch["cu_seqlens_q"][row].tolist()
-            while len(cu) > 1 and cu[-1] == cu[-2]:
-                cu.pop()
+        else:  # 0.6.x: the last boundary repeated; with pad_seq_to_mult > 1 also the logical offsets
+            padded = "cu_seqlens_q_padded" in batch
+            cu = _trimmed(batch["cu_seqlens_q_padded" if padded else "cu_seqlens_q"][row].tolist())
+            if padded:
+                # Bridge's logical offsets (each sample up to its last non-EOS token, for TE's THD + CP): the
+                # same samples, each shorter than its padded length by less than one alignment multiple
+                logical = _trimmed(batch["cu_seqlens_q"][row].tolist())
+                lengths = [b - a for a, b in zip(logical, logical[1:], strict=False)]
+                widths = [b - a for a, b in zip(cu, cu[1:], strict=False)]
+                logical_ok = len(lengths) <= len(widths) and all(
+                    0 <= w - n < align for n, w in zip(lengths, widths, strict=False)
+                )
         checks = {
             "cu_seqlens": cu == p.thd.cu_seqlens_list,
+            "logical cu_seqlens": logical_ok,
             "tokens": torch.equal(batch["tokens"][row, :real], p.tokens[0, :real]),
             "labels": torch.equal(batch["labels"][row, :real], p.labels[0, :real]),
             "loss_mask": torch.equal(batch["loss_mask"][row, :real].float(), p.loss_mask[0, :real]),
@@ -234,6 +249,12 @@ def _differences(batch: dict, indices: list[int], parquet: Path, size: int, faul
         }
         out += [f"row {row} (pack {index}): {name}" for name, ok in checks.items() if not ok]
     return out
+
+
+def _trimmed(cu: list[int]) -> list[int]:
+    while len(cu) > 1 and cu[-1] == cu[-2]:
+        cu = cu[:-1]
+    return cu
 
 
 def _eos() -> int:
@@ -283,8 +304,9 @@ def test_bundle_runs_bridge_to_its_first_packed_batch(
         | ({train.with_suffix(".npy").name, val.with_suffix(".npy").name} if LINE == "0.3.1" else set())
     )
     # Token for token: Bridge's collate of the first batch == packcfg's packs at the indices Bridge chose.
-    assert _differences(got["train"], got["train_indices"], train, size) == []
-    assert _differences(got["valid"], got["valid_indices"], val, size) == []
+    align = int(specs.get("pad_seq_to_mult") or 1)
+    assert _differences(got["train"], got["train_indices"], train, size, align=align) == []
+    assert _differences(got["valid"], got["valid_indices"], val, size, align=align) == []
     assert info["train_len"] > 0 and info["valid_len"] > 0
     # Paths: absolute, inside the bundle, where the worker ran from elsewhere (0.6.x changes into Bridge).
     assert info["checkpoint_save"].startswith(str(bundle) + "/")
