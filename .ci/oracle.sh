@@ -13,7 +13,10 @@
 #   bash .ci/oracle.sh key             # the cache key (one line), for a CI cache step
 #   ORACLE_LINES=0.3.1 bash .ci/oracle.sh   # one line only (default: "0.3.1 0.6")
 #   ORACLE_FRESH=1 bash .ci/oracle.sh  # rebuild the venvs first
+#   ORACLE_CACHE=/ci/cache bash .ci/oracle.sh   # venvs at $ORACLE_CACHE/venv-<line>-<key> (a CI cache folder:
+#                                               # a new key is a new folder, an old one is reused as is)
 set -uo pipefail
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 export CI="${CI:-true}"
 export PACKCFG_ORACLE=1           # tests/oracle/conftest.py: a missing Bridge is an error, not a skip
@@ -39,9 +42,12 @@ DEPS_TRAIN=("nvidia-resiliency-ext==0.4.1" "nvidia-modelopt==0.44.0" "tensorboar
 fail() { echo "oracle: $1"; exit 1; }
 
 key() {  # $1 = line: a hash of this script and the pyproject oracle extra
-  { cat "$0"; sed -n '/^oracle = \[/,/^\]/p' pyproject.toml; echo "$1"; } | sha256sum | cut -c1-16
+  { cat "$SELF"; sed -n '/^oracle = \[/,/^\]/p' pyproject.toml; echo "$1"; } | sha256sum | cut -c1-16
 }
-venv_of() { if [ "$1" = "0.3.1" ]; then echo "$VENV_031"; else echo "$VENV_06"; fi; }
+venv_of() {
+  if [ -n "${ORACLE_CACHE:-}" ]; then echo "$ORACLE_CACHE/venv-$1-$(key "$1")"
+  elif [ "$1" = "0.3.1" ]; then echo "$VENV_031"; else echo "$VENV_06"; fi
+}
 
 if [ "$ACTION" = "key" ]; then
   for line in $LINES; do printf '%s-%s ' "$line" "$(key "$line")"; done; echo; exit 0
