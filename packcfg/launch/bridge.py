@@ -455,7 +455,14 @@ def plan(config: Mapping[str, Any], spec: BridgeSpec) -> BridgePlan:
             "Hugging Face Hub when the job starts: set it to a local folder holding training.jsonl"
         )
     packing, specs = _packing(dataset, version)
-    in_batch = dataset.pop("enable_in_batch_packing", dataset.pop("pack_sequences_in_batch", None))
+    in_batch = dataset.pop("enable_in_batch_packing", None) or dataset.pop("pack_sequences_in_batch", None)
+    if in_batch:
+        raise _refuse(
+            "dataset.enable_in_batch_packing",
+            in_batch,
+            "engine: bridge renders text SFT over a local dataset_root with offline packs; in-batch packing "
+            "(VLM datasets) is not rendered for Bridge",
+        )
     do_validation = dataset.get("do_validation", base_dataset.get("do_validation", True)) is not False
     if packing and specs is not None:
         # the same specs as config.yaml names them (packcfg's data prep reads that file, from the bundle)
@@ -511,9 +518,7 @@ def plan(config: Mapping[str, Any], spec: BridgeSpec) -> BridgePlan:
             if key in base_dataset and key != "packed_sequence_specs":
                 whole[key] = base_dataset[key]
         whole.update(dataset)
-        if in_batch is not None:
-            whole["pack_sequences_in_batch"] = in_batch
-        unknown = sorted(set(whole) - set(FINETUNING_FIELDS_031) - {"_target_", "pack_sequences_in_batch"})
+        unknown = sorted(set(whole) - set(FINETUNING_FIELDS_031) - {"_target_"})
         if unknown:
             raise _refuse(
                 f"dataset.{unknown[0]}",
@@ -533,8 +538,6 @@ def plan(config: Mapping[str, Any], spec: BridgeSpec) -> BridgePlan:
     else:
         new: dict[str, Any] = dict(HF_FIELDS_06)
         new.update(dataset)
-        if in_batch is not None:
-            new["enable_in_batch_packing"] = in_batch
         new["enable_offline_packing"] = packing
         new["offline_packing_specs"] = specs if packing else None
         data["dataset"] = new

@@ -220,6 +220,7 @@ def test_plan_bundle_tokenizer_folder_and_data_prep() -> None:
             "packed_val_data_path = 'v.npy'",
         ),
         ("0.3.1", {"tokenizer__tokenizer_model": "/nowhere/tokenizer.json"}, "file not found"),
+        ("0.6", {"dataset__enable_in_batch_packing": True}, "in-batch packing"),
     ],
 )
 def test_plan_refuses_what_the_job_could_not_run(version: str, change: dict, message: str) -> None:
