@@ -405,6 +405,23 @@ def anchored_paths(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return {str(k): walk(v, str(k), str(k) in _PATH_SECTIONS) for k, v in data.items()}
 
 
+_BUNDLE_ENV = "PACKCFG_BUNDLE"
+
+
+def _bundle_named(data: Any, directory: Path) -> Any:
+    """`data` with the bundle-folder interpolation (packcfg.launch.bridge.BUNDLE_REF) replaced by the
+    folder itself: a NeMo-Run task does not run the bundle's scripts that export it."""
+    from packcfg.launch.bridge import BUNDLE_REF
+
+    if isinstance(data, Mapping):
+        return {k: _bundle_named(v, directory) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_bundle_named(v, directory) for v in data]
+    if isinstance(data, str) and BUNDLE_REF in data:
+        return data.replace(BUNDLE_REF, str(directory))
+    return data
+
+
 def container_args(spec: LaunchSpec, mounts: Sequence[str] | None = None) -> list[str]:
     """srun's pyxis flags, each one shell word (quoted here); the bundle is mounted at its own path
     because the job runs from it."""
@@ -483,20 +500,18 @@ def render_bundle(
     from packcfg.resources import bundled_dir
 
     spec = launch_spec(config, backend, engine)
-    bridge_data = bridge_args = bridge_npy = None
+    bridge_data = bridge_args = bridge_plan = None
     if spec.engine == "bridge":
         from packcfg.launch import bridge as _bridge
 
-        bridge_data = _bridge.overlay(config, spec.bridge.version)
+        bridge_plan = _bridge.plan(config, spec.bridge)
+        bridge_data = bridge_plan.data
         overlay_file = None
         if spec.backend == "nemo-run" and directory is not None:
             # NeMo-Run runs Bridge outside the bundle folder: see anchored_paths.
-            bridge_data = anchored_paths(bridge_data, directory)
+            bridge_data = anchored_paths(_bundle_named(bridge_data, directory), directory)
             overlay_file = str(directory / _bridge.OVERLAY)
-        bridge_args = _bridge.command_args(spec.bridge, bridge_data, overlay_file)
-        specs = (bridge_data.get("dataset") or {}).get("packed_sequence_specs")
-        if spec.bridge.version == "0.3.1" and isinstance(specs, Mapping) and packed_data_path(config):
-            bridge_npy = str(specs["packed_train_data_path"])
+        bridge_args = _bridge.command_args(spec.bridge, bridge_data, overlay_file, bridge_plan.whole)
     digest = config_hash(config)
     packed = packed_data_path(config)
     derived = derived_mounts(config, spec)
@@ -518,8 +533,10 @@ def render_bundle(
         "sbatch_chdir": chdir if chdir is not None and _CHDIR.match(chdir) else None,
         "lib": PACKCFG_LIB,
         "bridge_args": bridge_args,
-        # Bridge 0.3.1's .npy copy of the training packs (None: Bridge reads the Parquet itself).
-        "bridge_npy": bridge_npy,
+        # The data prep's commands after the training pack: verify it, Bridge 0.3.1's .npy copies, the
+        # validation packs (packcfg.launch.bridge.BridgePlan.prep_commands).
+        "bridge_prep": bridge_plan.prep_commands() if bridge_plan and packed else [],
+        "bundle_env": _BUNDLE_ENV,
         # NeMo-Run: run.Script(path=script, args=the rest); literal launch.env values as env_vars
         # (a `${NAME}` reference or env_from name is passed from the submitting environment, unwritten).
         "bridge_script": bridge_args[0] if bridge_args else None,
@@ -535,6 +552,7 @@ def render_bundle(
         files["bridge_overlay.yaml"] = yaml.safe_dump(
             bridge_data, sort_keys=False, allow_unicode=True
         ).encode("utf-8")
+        files.update(bridge_plan.files)
     env = _environment()
     try:
         for name in (*SCRIPTS, DRIVER):

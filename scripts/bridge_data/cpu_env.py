@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -84,6 +85,13 @@ TE_EXTENSIONS = (
     "megatron.core.extensions.transformer_engine",
     "megatron.core.extensions.transformer_engine_spec_provider",
 )
+
+# Hub commits that megatron-bridge 0.6.2's recipes load their model config at (recipes/qwen/h100/qwen3.py:
+# _QWEN3_8B_MODEL_REVISION, _QWEN3_30B_A3B_MODEL_REVISION); 0.3.1's recipes read `main`.
+PINNED_REVISIONS = {
+    "Qwen/Qwen3-8B": ("b968826d9c46dd6066d109eabc6255188de91218",),
+    "Qwen/Qwen3-30B-A3B": ("ad44e777bcd18fa416d9da3bd8f70d33ebb85d39",),
+}
 
 _HERE = Path(__file__).resolve().parent
 _INSTALLED = False
@@ -199,6 +207,30 @@ def install_standins() -> None:
     _INSTALLED = True
 
 
+def install_nvrx_standin() -> bool:
+    """Bridge 0.6.x's `megatron.bridge.training.pretrain` imports `nvidia_resiliency_ext.inprocess.CallWrapper`
+    unguarded (a type for its in-process restart, off unless `inprocess_restart.enabled`). No
+    nvidia-resiliency-ext fits Python 3.11 and megatron-core 0.19.2 at once (0.6.0 is cp312-only; 0.4.1
+    fails megatron-core's import-time check for >= 0.6.0), so where none is installed, a stand-in offers
+    that one name, a class nothing can build; any other attribute raises AttributeError, and megatron-core's
+    own `import nvidia_resiliency_ext...checkpointing` probes still fail as without the package.
+    Returns True when the stand-in was put in place. Only the end-to-end worker (tests/oracle) uses it."""
+    try:
+        if importlib.util.find_spec("nvidia_resiliency_ext.inprocess") is not None:
+            return False
+    except ImportError:
+        pass
+    root = _StrictModule("nvidia_resiliency_ext")
+    root.__path__ = []
+    root.__file__ = __file__
+    inprocess = _StrictModule("nvidia_resiliency_ext.inprocess")
+    inprocess.__file__ = __file__
+    inprocess.CallWrapper = type("CallWrapper", (_StandInOnly,), {"__module__": inprocess.__name__})
+    root.inprocess = inprocess
+    sys.modules.update({root.__name__: root, inprocess.__name__: inprocess})
+    return True
+
+
 def _device_properties(device=None):
     return GPU
 
@@ -215,11 +247,13 @@ def hf_cache(root: Path, model_ids: list[str] | None = None) -> Path:
     for model_id in model_ids or sorted(HF_CONFIGS):
         cfg = HF_CONFIGS[model_id]
         repo = hub / ("models--" + model_id.replace("/", "--"))
-        snap = repo / "snapshots" / ("0" * 40)
-        snap.mkdir(parents=True, exist_ok=True)
-        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / "main").write_text("0" * 40)
-        (snap / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
+        # main, and the commits Bridge 0.6.x recipes pin (`revision=`): the same published config
+        for commit in ("0" * 40, *PINNED_REVISIONS.get(model_id, ())):
+            snap = repo / "snapshots" / commit
+            snap.mkdir(parents=True, exist_ok=True)
+            (snap / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     os.environ["HF_HOME"] = str(root)
     os.environ["HF_HUB_CACHE"] = str(hub)
     os.environ["HF_HUB_OFFLINE"] = "1"

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from packcfg.launch import LaunchError
-from packcfg.launch.bridge import bridge_spec, command_args, overlay, overrides
-from packcfg.launch.bundle import anchored_paths, render_bundle
+from packcfg.launch.bridge import BUNDLE_REF, bridge_spec, command_args, overlay, overrides, plan
+from packcfg.launch.bundle import _bundle_named, anchored_paths, render_bundle
 from packcfg.launch.state import JobStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +31,17 @@ def _config(**bridge) -> dict:
     if bridge:
         config["launch"]["bridge"] = bridge
     return config
+
+
+def _words(config: dict, nemo_run_dir: Path | None = None) -> list[str]:
+    """The KEY=VALUE words the bundle hands run_recipe.py (NeMo-Run: the bundle folder written in)."""
+    got = plan(config, bridge_spec(config["launch"]["bridge"]))
+    data = (
+        got.data
+        if nemo_run_dir is None
+        else anchored_paths(_bundle_named(got.data, nemo_run_dir), nemo_run_dir)
+    )
+    return overrides(data, got.whole)
 
 
 def _packcfg(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -109,16 +120,135 @@ def test_overlay_keeps_packcfg_sections_out_and_uses_031_packing_spelling() -> N
     config = _config()
     data = overlay(config, "0.3.1")
     assert "recipe" not in data and "launch" not in data
+    # 0.3.1: the dataset goes whole, as a FinetuningDatasetConfig (the recipe's HFDatasetConfig downloads)
+    assert data["dataset"]["_target_"] == "megatron.bridge.training.config.FinetuningDatasetConfig"
     assert "offline_packing_specs" not in data["dataset"] and "enable_offline_packing" not in data["dataset"]
+    assert "dataset_name" not in data["dataset"]  # nothing of HFDatasetConfig's own
     specs = data["dataset"]["packed_sequence_specs"]
-    # 0.3.1 reads packs only as .npy: it is given the Parquet's .npy sibling, which the data prep writes
+    # 0.3.1 reads packs only as .npy: it is given the Parquet's .npy sibling, which the data prep writes;
+    # bundle-relative paths reach Bridge through the bundle variable (absolute when Bridge resolves them)
     assert config["dataset"]["offline_packing_specs"]["packed_train_data_path"].endswith("/train.parquet")
-    assert specs["packed_train_data_path"] == "runs/tiny_cpu_sft_bridge/packed/train.npy"
-    assert specs["packed_metadata_path"] == config["dataset"]["offline_packing_specs"]["packed_metadata_path"]
-    # `@packcfg/...` is made absolute: Bridge does not know packcfg's bundled files.
-    assert Path(data["tokenizer"]["tokenizer_model"]).is_absolute()
-    head = overlay(config, "head")
-    assert head["dataset"]["offline_packing_specs"] == config["dataset"]["offline_packing_specs"]
+    assert specs["packed_train_data_path"] == f"{BUNDLE_REF}/runs/tiny_cpu_sft_bridge/packed/train.npy"
+    assert specs["packed_val_data_path"] == f"{BUNDLE_REF}/runs/tiny_cpu_sft_bridge/packed/validation.npy"
+    assert specs["packed_metadata_path"] == f"{BUNDLE_REF}/runs/tiny_cpu_sft_bridge/packed/metadata.json"
+    # `@packcfg/data/...` is the bundle's vendored copy; the tokenizer.json becomes the bundle's HF folder
+    assert data["dataset"]["dataset_root"] == f"{BUNDLE_REF}/lib/packcfg/data/sample_sft"
+    assert data["tokenizer"]["tokenizer_model"] == f"{BUNDLE_REF}/tokenizer"
+    head = overlay(config, "0.6")
+    assert head["dataset"]["enable_offline_packing"] is True
+    assert head["dataset"]["hf_dataset"] is None and head["dataset"]["hf_validation_proportion"] is None
+    assert head["dataset"]["offline_packing_specs"]["packed_train_data_path"].endswith("packed/train.parquet")
+
+
+def _plan(version: str = "0.3.1", **dataset):
+    config = _config(recipe="llama32_1b_sft_config", version=version)
+    for key, value in dataset.items():
+        node, *path = key.split("__")
+        target = config.setdefault(node, {})
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+        if path:
+            target[path[-1]] = value
+        else:
+            config[node] = value
+    return plan(config, bridge_spec(config["launch"]["bridge"]))
+
+
+def test_plan_bundle_tokenizer_folder_and_data_prep() -> None:
+    got = _plan()
+    config = json.loads(got.files["tokenizer/tokenizer_config.json"])
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and config["eos_token"] == "<eos>"
+    assert (
+        got.files["tokenizer/tokenizer.json"]
+        == (ROOT / "packcfg/data/sample_sft/tokenizer.json").read_bytes()
+    )
+    # the recipe's settings for its own tokenizer do not reach this one: the section goes whole
+    assert got.data["tokenizer"]["_target_"].endswith("TokenizerConfig")
+    assert set(got.whole) == {"tokenizer", "dataset"}
+    packed = "runs/tiny_cpu_sft_bridge/packed"
+    assert got.prep_commands() == [
+        "python3 -m packcfg verify config.yaml",
+        f"python3 -m packcfg pack config.yaml -q --bridge-npy {packed}/train.npy",
+        f"python3 -m packcfg pack config.yaml -q --split validation --out {packed}/validation.parquet "
+        f"--metadata {packed}/validation_metadata.json --bridge-npy {packed}/validation.npy",
+    ]
+    words = overrides(got.data, got.whole)
+    assert words[:2] == ["tokenizer=null", words[1]] and words[1].startswith("tokenizer={_target_:")
+    assert "dataset=null" in words and words[words.index("dataset=null") + 1].startswith("dataset={_target_:")
+    # outputs land in the bundle, not under the runner's folder (the recipes' ${oc.env:PWD}/nemo_experiments)
+    assert got.data["checkpoint"]["load"] == got.data["checkpoint"]["save"]
+    assert got.data["logger"]["tensorboard_dir"] == f"{BUNDLE_REF}/output/tb_logs"
+    # 0.6.x: the Parquet packs, no .npy
+    assert [c for c in _plan("0.6.2").prep_commands() if "npy" in c] == []
+
+
+@pytest.mark.parametrize(
+    ("version", "change", "message"),
+    [
+        ("0.3.1", {"dataset__hf_dataset": {"dataset_name": "squad"}}, "dataset.hf_dataset = {'dataset_name'"),
+        (
+            "0.6",
+            {"dataset__hf_validation_proportion": 0.1},
+            "dataset.hf_validation_proportion = 0.1: a Hugging",
+        ),
+        (
+            "0.3.1",
+            {"dataset__dataset_name": "my/sft"},
+            "dataset.dataset_name = 'my/sft': a Hugging Face source",
+        ),
+        ("0.6", {"dataset__dataset_root": None}, "dataset.dataset_root: not set"),
+        ("0.3.1", {"dataset__preprocessing": {"prompt_column": "q"}}, "dataset.preprocessing = "),
+        (
+            "0.3.1",
+            {"validation": {"full_validation": True}},
+            "validation.full_validation = True: Bridge 0.3.1",
+        ),
+        ("0.3.1", {"model__no_such_field": 1}, "model.no_such_field = 1: not a field of the Bridge 0.3.1"),
+        (
+            "0.6",
+            {"dataset__offline_packing_specs__packed_sequence_size": 1024},
+            "packed_sequence_size = 1024: Bridge 0.6's run_recipe.py packs at dataset.seq_length (512)",
+        ),
+        (
+            "0.6",
+            {"model__context_parallel_size": 2},
+            "pad_seq_to_mult = 1: Bridge 0.6's run_recipe.py raises it to 4",
+        ),
+        (
+            "0.3.1",
+            {"dataset__offline_packing_specs__packed_val_data_path": "v.npy"},
+            "packed_val_data_path = 'v.npy'",
+        ),
+        ("0.3.1", {"tokenizer__tokenizer_model": "/nowhere/tokenizer.json"}, "file not found"),
+        ("0.6", {"dataset__enable_in_batch_packing": True}, "in-batch packing"),
+    ],
+)
+def test_plan_refuses_what_the_job_could_not_run(version: str, change: dict, message: str) -> None:
+    with pytest.raises(LaunchError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        _plan(version, **change)
+    assert "\n" not in str(info.value)
+
+
+def test_plan_translates_renamed_fields() -> None:
+    # 0.6's validation section is 0.3.1's train.eval_*
+    got = _plan("0.3.1", validation={"eval_interval": 50, "eval_iters": 4})
+    assert "validation" not in got.data
+    assert got.data["train"]["eval_interval"] == 50 and got.data["train"]["eval_iters"] == 4
+    # 0.3.1's packing spelling for a 0.6 target; packed_sequence_size <= 0 is 0.3.1's "packing off"
+    config = _config(recipe="llama32_1b_sft_config", version="0.6")
+    specs = config["dataset"].pop("offline_packing_specs")
+    config["dataset"].pop("enable_offline_packing")
+    config["dataset"]["packed_sequence_specs"] = specs
+    got = plan(config, bridge_spec(config["launch"]["bridge"]))
+    assert got.data["dataset"]["enable_offline_packing"] is True
+    assert got.data["dataset"]["offline_packing_specs"]["packed_sequence_size"] == 512
+    config["launch"]["bridge"]["version"] = "0.3.1"
+    config["dataset"]["packed_sequence_specs"] = {**specs, "packed_sequence_size": 0}
+    off = plan(config, bridge_spec(config["launch"]["bridge"]))
+    assert off.data["dataset"]["packed_sequence_specs"] is None and off.preps == []
+    # the 0.6 runner's alignment: CP 2 wants pad 4 (2 x CP); with it the plan passes
+    ok = _plan("0.6", model__context_parallel_size=2, dataset__offline_packing_specs__pad_seq_to_mult=4)
+    assert ok.data["dataset"]["offline_packing_specs"]["pad_seq_to_mult"] == 4
 
 
 def test_bundle_holds_overlay_and_bridge_command() -> None:
@@ -135,7 +265,8 @@ def test_bundle_holds_overlay_and_bridge_command() -> None:
         "/opt/Megatron-Bridge/scripts/training/run_recipe.py",
     ]
     assert words[4:6] == ["--recipe", "llama32_1b_sft_config"]
-    assert words[6:] == overrides(overlay(_config(), "0.3.1"))
+    got = plan(_config(), bridge_spec(_config()["launch"]["bridge"]))
+    assert words[6:] == overrides(got.data, got.whole)
     # Pack, then verify, then Bridge.
     assert (
         script.index("packcfg pack config.yaml")
@@ -221,10 +352,12 @@ def test_sbatch_4x8_line_by_line() -> None:
         "  --recipe \\",
         "  llama32_1b_sft_config \\",
         "  model.tensor_model_parallel_size=2 \\",
-        "  checkpoint.save_interval=20",
+        "  checkpoint.save_interval=20 \\",
     ):
         assert line in lines, line
-    assert lines[-1] == "  checkpoint.save_interval=20"
+    # the outputs the recipe would put under the runner's folder are the bundle's
+    assert lines[-1] == "  'logger.tensorboard_dir='\"'\"'${oc.env:PACKCFG_BUNDLE}/output/tb_logs'\"'\"''"
+    assert 'export PACKCFG_BUNDLE="$PWD"' in lines
     # data prep (one task) and verify (one task) come before the training srun
     verify = lines.index("  python3 -m packcfg verify config.yaml")
     train = next(i for i, x in enumerate(lines) if x.startswith('srun --nodes="$SLURM_NNODES"'))
@@ -242,8 +375,11 @@ out = os.environ["STANDIN_OUT"]
 args = sys.argv[1:]
 assert args[0] == "--recipe" and args[1] == "llama32_1b_sft_config", args
 assert all("=" in a and not a.startswith("-") for a in args[2:]), args
-# Bridge opens the packs at the path it is given, from its own working directory: so does the stand-in.
-packed = [a.split("=", 1)[1] for a in args[2:] if a.split("=", 1)[0].endswith(".packed_train_data_path")]
+# Bridge opens the packs at the path it is given (resolving ${oc.env:PACKCFG_BUNDLE}, the bundle folder
+# the job exports), from its own working directory: so does the stand-in.
+import re
+found = re.search(r"packed_train_data_path[:=]'?((?:[$][{][^}]*[}])?[^',}]+)", " ".join(args[2:]))
+packed = [found.group(1).replace("${oc.env:PACKCFG_BUNDLE}", os.environ.get("PACKCFG_BUNDLE", "?"))] if found else []
 assert packed and os.path.isfile(packed[0]), (packed, os.getcwd())
 print(f"stand-in rank {rank}: packs at {packed[0]}", flush=True)
 with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
@@ -278,7 +414,7 @@ def test_local_end_to_end_with_standin_entry(tmp_path: Path) -> None:
     for rec in records:
         assert rec["world"] == "2"
         assert rec["marker"] == "from-launch-env"
-        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *overrides(overlay(config, "0.3.1"))]
+        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *_words(config)]
         # the packed path Bridge is given, relative to the job's folder, is where packcfg packed
         assert Path(rec["cwd"]).resolve() == out.resolve()
 
@@ -328,7 +464,7 @@ def test_nemo_run_local_executor_with_standin_entry(tmp_path: Path) -> None:
     assert rec.status == "COMPLETED" and rec.native_state == "SUCCEEDED", rec
     assert list(rec.extra["task_dirs"]) == ["data-prep", "train"]  # NeMo-Run's tasks, in run order
     # Bridge is given the bundle's paths made absolute (NeMo-Run starts tasks outside the bundle).
-    _recorded_ranks(recorded, overrides(anchored_paths(overlay(config, "0.3.1"), out)))
+    _recorded_ranks(recorded, _words(config, out))
     # A record last seen mid-run: `status` asks NeMo-Run again (Experiment.from_id(...).status()).
     rec.status, rec.native_state = "RUNNING", "RUNNING"
     store.save(rec)
@@ -391,7 +527,7 @@ def test_slurm_end_to_end_with_standin_entry(tmp_path: Path, slurm) -> None:
         rec = json.loads((recorded / f"rank{r}.json").read_text())
         assert rec["world"] == "2"
         assert rec["marker"] == "from-launch-env"
-        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *overrides(overlay(config, "0.3.1"))]
+        assert rec["argv"][1:] == ["--recipe", "llama32_1b_sft_config", *_words(config)]
     log = "".join(p.read_text() for p in (out / "logs").glob("train-*.out"))
     # `packcfg verify` ran in the training job, before torchrun
     assert "checked rows and source: ok" in log
@@ -406,7 +542,7 @@ def test_nemo_run_slurm_end_to_end_with_standin_entry(tmp_path: Path, slurm) -> 
     (rec,) = JobStore(state).all()
     assert rec.status == "COMPLETED" and rec.native_state == "SUCCEEDED", rec
     assert rec.native_id and rec.pack_native_id and rec.native_id != rec.pack_native_id  # two Slurm jobs
-    _recorded_ranks(recorded, overrides(anchored_paths(overlay(config, "0.3.1"), out)))
+    _recorded_ranks(recorded, _words(config, out))
     cwd = json.loads((recorded / "rank0.json").read_text())["cwd"]
     assert (
         Path(cwd) == Path(rec.extra["task_dirs"]["train"]) / "code"
@@ -461,24 +597,28 @@ def test_nemo_run_slurm_script_sees_bundle_paths(tmp_path: Path) -> None:
     mounts = words[words.index("--container-mounts") + 1].split(",")
     assert f"{out}:{out}" in mounts
     assert words[words.index("--container-workdir") + 1] == "/nemo_run/code"
-    specs = "dataset.packed_sequence_specs."
     given = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
     npy = f"{out}/runs/tiny_cpu_sft_bridge/packed/train.npy"  # Bridge 0.3.1 reads packs only as .npy
-    assert given[specs + "packed_train_data_path"] == npy
-    assert given[specs + "packed_metadata_path"] == f"{out}/runs/tiny_cpu_sft_bridge/packed/metadata.json"
+    # 0.3.1's dataset is handed over whole (dataset=null, then dataset={...}): the bundle's own folder in it
+    assert f"packed_train_data_path:{npy}" in given["dataset"]
+    assert f"packed_metadata_path:{out}/runs/tiny_cpu_sft_bridge/packed/metadata.json" in given["dataset"]
     assert given["checkpoint.save"] == f"{out}/runs/tiny_cpu_sft_bridge/checkpoints"
     # the data-prep task runs `packcfg pack config.yaml` from the bundle: its relative paths land there
     (script,) = (out / "nemorun").rglob("scripts/data-prep.sh")
     prep_script = script.read_text()
     assert f"cd {out} &&" in prep_script and "packcfg pack config.yaml" in prep_script
     # ...and after `packcfg verify`, writes the .npy Bridge is given
-    assert prep_script.index("packcfg verify config.yaml") < prep_script.index(f"--bridge-npy {npy}")
+    # (the data prep runs in the bundle: config.yaml's relative paths)
+    assert prep_script.index("packcfg verify config.yaml") < prep_script.index(
+        "--bridge-npy runs/tiny_cpu_sft_bridge/packed/train.npy"
+    )
     assert "data-prep.sh" in prep.read_text()
-    # local and Slurm bundles keep relative paths: their job runs in the bundle folder
+    # local and Slurm bundles name the bundle through ${oc.env:PACKCFG_BUNDLE}, which their scripts export
     config["launch"]["backend"] = "slurm"
     slurm_bundle = render_bundle(config, directory=out)
-    assert f"{specs}packed_train_data_path=runs/tiny_cpu_sft_bridge/packed/train.npy" in (
-        slurm_bundle.files["sbatch.sh"].decode()
+    assert (
+        "packed_train_data_path:'\"'\"'${oc.env:PACKCFG_BUNDLE}/runs/tiny_cpu_sft_bridge/packed/train.npy"
+        in (slurm_bundle.files["sbatch.sh"].decode())
     )
 
 

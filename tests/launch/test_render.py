@@ -365,6 +365,8 @@ def test_strict_undefined_is_an_error() -> None:
         "bridge_args": None,
         "env_check": "true",
         "env_check_pack": "true",
+        "bridge_prep": [],
+        "bundle_env": "PACKCFG_BUNDLE",
     }
     for name in ("torchrun.sh.j2", "sbatch.sh.j2", "pack.sbatch.sh.j2", "nemo_run_driver.py.j2"):
         with pytest.raises(UndefinedError, match="config_hash"):

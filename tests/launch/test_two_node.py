@@ -19,7 +19,7 @@ import pytest
 from packcfg.launch.state import JobStore
 
 from .conftest import SHORT_RUN, TINY, packcfg
-from .test_bridge_engine import _launch_standin, _recorded_ranks
+from .test_bridge_engine import _launch_standin, _recorded_ranks, _words
 
 pytestmark = [pytest.mark.slow, pytest.mark.torchrun]
 
@@ -93,8 +93,6 @@ def test_bridge_standin_across_two_nodes(tmp_path: Path, slurm_two_node: None) -
     )
     (rec,) = JobStore(state).all()
     assert rec.status == "COMPLETED", rec
-    from packcfg.launch.bridge import overlay, overrides
-
-    _recorded_ranks(recorded, overrides(overlay(config, "0.3.1")))
+    _recorded_ranks(recorded, _words(config))
     hosts = {json.loads((recorded / f"rank{r}.json").read_text())["host"] for r in (0, 1)}
     assert hosts == {"node1", "node2"}
