@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from packcfg.core.bridge_version import LAUNCH_DEFAULT
 from packcfg.launch import LaunchError
 
 # The script's place inside NVIDIA's NeMo / Megatron Bridge containers.
@@ -90,7 +91,7 @@ def bridge_spec(section: Any) -> BridgeSpec:
         raise _fail("recipe", recipe, "expected a Bridge recipe function name, e.g. llama3_8b_sft_config")
     if entry is not None and not _PATH.match(entry):
         raise _fail("entry", entry, "expected an absolute script path inside the container")
-    version = str(section.get("version") or "0.3.1").lower().removeprefix("v")
+    version = str(section.get("version") or LAUNCH_DEFAULT).lower().removeprefix("v")
     if version == "main":
         version = "head"
     elif _06.match(version):
