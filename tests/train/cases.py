@@ -54,6 +54,23 @@ TINY_CONFIG: dict[str, Any] = {
 }
 
 
+def one_attention_layer_config(heads: int, groups: int, head_dim: int) -> Any:
+    """megatron's TransformerConfig for one attention layer on its own (fusions off, CPU initialisation)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(
+        num_layers=1,
+        hidden_size=heads * head_dim,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=head_dim,
+        attention_dropout=0.0,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        use_cpu_initialization=True,
+    )
+
+
 def tiny_config(**sections: dict[str, Any]) -> dict[str, Any]:
     """TINY_CONFIG with sections updated key by key, e.g. tiny_config(model={"tensor_model_parallel_size": 2})."""
     config = copy.deepcopy(TINY_CONFIG)

@@ -22,6 +22,7 @@ from packcfg.train.attention import PackedCoreAttention, RopeSpec
 from packcfg.train.batches import Sample, pack_thd
 from packcfg.train.step import to_device
 
+from .cases import one_attention_layer_config
 from .devices import DEVICE, ON_CUDA
 
 HEADS, GROUPS, HEAD_DIM = 8, 2, 64
@@ -31,19 +32,7 @@ needs_cuda = pytest.mark.skipif(not ON_CUDA, reason="needs CUDA: the fused varle
 
 
 def _config():
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    return TransformerConfig(
-        num_layers=1,
-        hidden_size=HEADS * HEAD_DIM,
-        num_attention_heads=HEADS,
-        num_query_groups=GROUPS,
-        kv_channels=HEAD_DIM,
-        attention_dropout=0.0,
-        masked_softmax_fusion=False,
-        apply_rope_fusion=False,
-        use_cpu_initialization=True,
-    )
+    return one_attention_layer_config(HEADS, GROUPS, HEAD_DIM)
 
 
 def _attention(method: varlen.Method, rope: bool = True) -> PackedCoreAttention:
