@@ -23,7 +23,7 @@ from packcfg.launch.bundle import _bundle_named, anchored_paths, render_bundle
 from packcfg.launch.state import JobStore
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPE = ROOT / "recipes" / "tiny_cpu_sft_bridge.yaml"
+RECIPE = ROOT / "recipes" / "llama32_1b_sft_bridge.yaml"
 
 
 def _config(**bridge) -> dict:
@@ -128,9 +128,9 @@ def test_overlay_keeps_packcfg_sections_out_and_uses_031_packing_spelling() -> N
     # 0.3.1 reads packs only as .npy: it is given the Parquet's .npy sibling, which the data prep writes;
     # bundle-relative paths reach Bridge through the bundle variable (absolute when Bridge resolves them)
     assert config["dataset"]["offline_packing_specs"]["packed_train_data_path"].endswith("/train.parquet")
-    assert specs["packed_train_data_path"] == f"{BUNDLE_REF}/runs/tiny_cpu_sft_bridge/packed/train.npy"
-    assert specs["packed_val_data_path"] == f"{BUNDLE_REF}/runs/tiny_cpu_sft_bridge/packed/validation.npy"
-    assert specs["packed_metadata_path"] == f"{BUNDLE_REF}/runs/tiny_cpu_sft_bridge/packed/metadata.json"
+    assert specs["packed_train_data_path"] == f"{BUNDLE_REF}/runs/llama32_1b_sft_bridge/packed/train.npy"
+    assert specs["packed_val_data_path"] == f"{BUNDLE_REF}/runs/llama32_1b_sft_bridge/packed/validation.npy"
+    assert specs["packed_metadata_path"] == f"{BUNDLE_REF}/runs/llama32_1b_sft_bridge/packed/metadata.json"
     # `@packcfg/data/...` is the bundle's vendored copy; the tokenizer.json becomes the bundle's HF folder
     assert data["dataset"]["dataset_root"] == f"{BUNDLE_REF}/lib/packcfg/data/sample_sft"
     assert data["tokenizer"]["tokenizer_model"] == f"{BUNDLE_REF}/tokenizer"
@@ -165,7 +165,7 @@ def test_plan_bundle_tokenizer_folder_and_data_prep() -> None:
     # the recipe's settings for its own tokenizer do not reach this one: the section goes whole
     assert got.data["tokenizer"]["_target_"].endswith("TokenizerConfig")
     assert set(got.whole) == {"tokenizer", "dataset"}
-    packed = "runs/tiny_cpu_sft_bridge/packed"
+    packed = "runs/llama32_1b_sft_bridge/packed"
     assert got.prep_commands() == [
         "python3 -m packcfg verify config.yaml",
         f"python3 -m packcfg pack config.yaml -q --bridge-npy {packed}/train.npy",
@@ -408,7 +408,7 @@ def test_local_end_to_end_with_standin_entry(tmp_path: Path) -> None:
         ["bash", str(out / "torchrun.sh")], capture_output=True, text=True, env=env, timeout=400
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    packed = out / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet"
+    packed = out / "runs" / "llama32_1b_sft_bridge" / "packed" / "train.parquet"
     assert packed.is_file()
     records = [json.loads((recorded / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rec in records:
@@ -458,7 +458,7 @@ def test_nemo_run_local_executor_with_standin_entry(tmp_path: Path) -> None:
     env_vars; `packcfg status` and `logs` then read the job through NeMo-Run's Experiment.from_id."""
     pytest.importorskip("nemo_run")
     out, state, recorded, config = _launch_standin(tmp_path, "nemo-run", "--executor", "local")
-    assert (out / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet").is_file()
+    assert (out / "runs" / "llama32_1b_sft_bridge" / "packed" / "train.parquet").is_file()
     store = JobStore(state)
     (rec,) = store.all()
     assert rec.status == "COMPLETED" and rec.native_state == "SUCCEEDED", rec
@@ -598,11 +598,11 @@ def test_nemo_run_slurm_script_sees_bundle_paths(tmp_path: Path) -> None:
     assert f"{out}:{out}" in mounts
     assert words[words.index("--container-workdir") + 1] == "/nemo_run/code"
     given = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
-    npy = f"{out}/runs/tiny_cpu_sft_bridge/packed/train.npy"  # Bridge 0.3.1 reads packs only as .npy
+    npy = f"{out}/runs/llama32_1b_sft_bridge/packed/train.npy"  # Bridge 0.3.1 reads packs only as .npy
     # 0.3.1's dataset is handed over whole (dataset=null, then dataset={...}): the bundle's own folder in it
     assert f"packed_train_data_path:{npy}" in given["dataset"]
-    assert f"packed_metadata_path:{out}/runs/tiny_cpu_sft_bridge/packed/metadata.json" in given["dataset"]
-    assert given["checkpoint.save"] == f"{out}/runs/tiny_cpu_sft_bridge/checkpoints"
+    assert f"packed_metadata_path:{out}/runs/llama32_1b_sft_bridge/packed/metadata.json" in given["dataset"]
+    assert given["checkpoint.save"] == f"{out}/runs/llama32_1b_sft_bridge/checkpoints"
     # the data-prep task runs `packcfg pack config.yaml` from the bundle: its relative paths land there
     (script,) = (out / "nemorun").rglob("scripts/data-prep.sh")
     prep_script = script.read_text()
@@ -610,14 +610,14 @@ def test_nemo_run_slurm_script_sees_bundle_paths(tmp_path: Path) -> None:
     # ...and after `packcfg verify`, writes the .npy Bridge is given
     # (the data prep runs in the bundle: config.yaml's relative paths)
     assert prep_script.index("packcfg verify config.yaml") < prep_script.index(
-        "--bridge-npy runs/tiny_cpu_sft_bridge/packed/train.npy"
+        "--bridge-npy runs/llama32_1b_sft_bridge/packed/train.npy"
     )
     assert "data-prep.sh" in prep.read_text()
     # local and Slurm bundles name the bundle through ${oc.env:PACKCFG_BUNDLE}, which their scripts export
     config["launch"]["backend"] = "slurm"
     slurm_bundle = render_bundle(config, directory=out)
     assert (
-        "packed_train_data_path:'\"'\"'${oc.env:PACKCFG_BUNDLE}/runs/tiny_cpu_sft_bridge/packed/train.npy"
+        "packed_train_data_path:'\"'\"'${oc.env:PACKCFG_BUNDLE}/runs/llama32_1b_sft_bridge/packed/train.npy"
         in (slurm_bundle.files["sbatch.sh"].decode())
     )
 

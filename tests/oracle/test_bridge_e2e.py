@@ -82,7 +82,7 @@ def _local(pack: str) -> tuple[str, ...]:
 
 CASES = [
     # every shipped recipe with launch.engine: bridge, as shipped
-    Case("tiny_cpu_sft_bridge", RECIPES / "tiny_cpu_sft_bridge.yaml"),
+    Case("llama32_1b_sft_bridge", RECIPES / "llama32_1b_sft_bridge.yaml"),
     # Llama 3: the shipped 8B packed SFT recipe (TP 2 + SP, 4096-token packs) launched through Bridge
     Case(
         "llama3_8b",
@@ -100,7 +100,7 @@ CASES = [
     # Nemotron (hybrid Mamba): the tiny data over Bridge's Nemotron Nano 9B v2 recipe, TP 2 + SP, pad 2
     Case(
         "nemotron_nano_9b_v2",
-        RECIPES / "tiny_cpu_sft_bridge.yaml",
+        RECIPES / "llama32_1b_sft_bridge.yaml",
         (
             "launch.bridge.recipe=nemotron_nano_9b_v2_sft_config",
             "model.tensor_model_parallel_size=2",
@@ -326,7 +326,7 @@ def test_comparison_catches_a_packing_bug(run_case) -> None:
     from packcfg.train.batches import Faults
 
     bundle, got, _, _ = run_case(CASES[0])
-    train = bundle / "runs" / "tiny_cpu_sft_bridge" / "packed" / "train.parquet"
+    train = bundle / "runs" / "llama32_1b_sft_bridge" / "packed" / "train.parquet"
     assert _differences(got["train"], got["train_indices"], train, 512) == []
     for fault in (Faults(mask_across_samples=True), Faults(no_position_reset=True)):
         assert _differences(got["train"], got["train_indices"], train, 512, fault), fault
