@@ -144,22 +144,20 @@ class BridgeTarget:
 UNKNOWN = BridgeTarget()
 
 
-def _get(config: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+_ABSENT = object()
+
+
+def _get(config: Mapping[str, Any], path: tuple[str, ...], default: Any = None) -> Any:
     node: Any = config
     for key in path:
         if not isinstance(node, Mapping) or key not in node:
-            return None
+            return default
         node = node[key]
     return node
 
 
 def _has(config: Mapping[str, Any], path: tuple[str, ...]) -> bool:
-    node: Any = config
-    for key in path:
-        if not isinstance(node, Mapping) or key not in node:
-            return False
-        node = node[key]
-    return True
+    return _get(config, path, _ABSENT) is not _ABSENT
 
 
 def explicit_target(config: Mapping[str, Any], from_command_line: bool = False) -> BridgeTarget | None:

@@ -12,46 +12,21 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import packcfg_cli
+from .packcfg_cli import ROOT, refused
+
 SAMPLE = ROOT / "packcfg" / "data" / "sample_sft"
 TOKENIZER = SAMPLE / "tokenizer.json"
 TIMEOUT = 120
 
 
-def run(args: list[str], cwd: Path, *, unprivileged: bool = False) -> subprocess.CompletedProcess:
-    prefix: list[str] = []
-    if unprivileged and os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv: permission bits do not stop root")
-        prefix = [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "packcfg", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def refused(proc: subprocess.CompletedProcess, *words: str) -> str:
-    out = proc.stdout + proc.stderr
-    assert "Traceback" not in out, out
-    assert proc.returncode == 2, out
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, lines
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
+def run(args: list[str], cwd: Path, *, unprivileged: bool = False, **kw) -> subprocess.CompletedProcess:
+    return packcfg_cli.run(args, cwd, timeout=TIMEOUT, unprivileged=unprivileged, **kw)
 
 
 def snapshot(folder: Path) -> dict[str, bytes | str]:
