@@ -137,6 +137,20 @@ def _expand_groups(x: Tensor, heads: int, head_dim_axis: int) -> Tensor:
     return x if groups == heads else x.repeat_interleave(heads // groups, dim=head_dim_axis)
 
 
+# torch >= 2.5: SDPA repeats key/value groups itself (`enable_gqa`, the same group-major order as
+# `_expand_groups`), so keys and values are never materialised per query head. Used on CPU (measured there:
+# 5-9% faster fwd+bwd than materialising, torch 2.13, 8/2 heads x 64) and for CUDA half precision, where
+# flash attention takes GQA; CUDA fp32's memory-efficient kernel does not, so those calls keep the copies.
+_SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
+
+
+def _native_gqa(query: Tensor, key: Tensor, head_axis: int) -> bool:
+    """Whether SDPA should repeat this call's key/value groups itself."""
+    if key.shape[head_axis] == query.shape[head_axis]:
+        return False
+    return _SDPA_HAS_GQA and (not query.is_cuda or query.dtype in varlen.HALF)
+
+
 class PackedCoreAttention(MegatronModule):
     """Drop-in for megatron's `DotProductAttention` (same constructor and forward signature)."""
 
@@ -189,11 +203,12 @@ class PackedCoreAttention(MegatronModule):
             cos, sin = self.rope.cos_sin(torch.arange(s, device=query.device))
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [s, 1, 1, d]
             query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
-        q = query.permute(1, 2, 0, 3)
-        k = _expand_groups(key, heads, 2).permute(1, 2, 0, 3)
-        v = _expand_groups(value, heads, 2).permute(1, 2, 0, 3)
+        gqa = _native_gqa(query, key, 2)
+        if not gqa:
+            key, value = _expand_groups(key, heads, 2), _expand_groups(value, heads, 2)
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         out = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self._dropout_p(), scale=self.softmax_scale
+            q, k, v, is_causal=True, dropout_p=self._dropout_p(), scale=self.softmax_scale, **_gqa_kwargs(gqa)
         )
         return out.permute(2, 0, 1, 3).reshape(s, b, heads * self.head_dim)
 
@@ -206,7 +221,9 @@ class PackedCoreAttention(MegatronModule):
             query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
         if params.kv_gather_index is None and self._fused(query):
             return self._thd_fused(query, key, value, params)
-        key, value = _expand_groups(key, heads, 1), _expand_groups(value, heads, 1)
+        gqa = params.kv_gather_index is None and _native_gqa(query, key, 1)
+        if not gqa:
+            key, value = _expand_groups(key, heads, 1), _expand_groups(value, heads, 1)
         if params.kv_gather_index is not None:
             return self._thd_context_parallel(query, key, value, params)
         assert params.cu_seqlens_list is not None
@@ -221,7 +238,7 @@ class PackedCoreAttention(MegatronModule):
         # Samples of equal length share one batched kernel call (as padding would batch them).
         for members in _same_length_groups(lengths):
             q, k, v = (_batch([parts[i] for i in members]) for parts in (qs, ks, vs))
-            for i, out in zip(members, self._sdpa(q, k, v, causal=True), strict=True):
+            for i, out in zip(members, self._sdpa(q, k, v, causal=True, gqa=gqa), strict=True):
                 outs[i] = out
         return torch.cat(outs).reshape(total, heads * self.head_dim)
 
@@ -256,9 +273,16 @@ class PackedCoreAttention(MegatronModule):
         return out.reshape(total, heads * self.head_dim)
 
     def _sdpa(
-        self, q: Tensor, k: Tensor, v: Tensor, causal: bool = False, mask: Tensor | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        causal: bool = False,
+        mask: Tensor | None = None,
+        gqa: bool = False,
     ) -> Tensor:
-        """Attention on `[g, L, h, d]` (g samples of length L); returns the same layout."""
+        """Attention on `[g, L, h, d]` (g samples of length L); returns the same layout. With `gqa`, k/v
+        hold the key/value groups and SDPA repeats them."""
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2),
             k.transpose(1, 2),
@@ -267,6 +291,7 @@ class PackedCoreAttention(MegatronModule):
             is_causal=causal,
             dropout_p=self._dropout_p(),
             scale=self.softmax_scale,
+            **_gqa_kwargs(gqa),
         )
         return out.transpose(1, 2)
 
@@ -289,6 +314,10 @@ class PackedCoreAttention(MegatronModule):
                 allowed = torch.arange(k.shape[0], device=q.device).unsqueeze(0) <= slot.unsqueeze(1)
                 outs.append(self._sdpa(q[None], k[None], v[None], mask=allowed)[0])
         return torch.cat(outs).reshape(total, heads * self.head_dim)
+
+
+def _gqa_kwargs(gqa: bool) -> dict[str, bool]:
+    return {"enable_gqa": True} if gqa else {}
 
 
 def _lengths(cu_seqlens: list[int]) -> list[int]:

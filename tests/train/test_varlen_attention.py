@@ -201,3 +201,72 @@ def test_train_refuses_a_backend_it_cannot_run_in_one_line(tmp_path):
     config = {"model": {**base, "attention_backend": "flash", "transformer_impl": "local"}}
     assert any("flash needs bf16" in p for p in preflight(config))
     assert ModelSettings.from_config(config).attention_backend == "flash"
+
+
+def _padded_rows(dtype: torch.dtype, seed: int = 0):
+    """`[s, b, h, d]` query and key/value groups for the padded path."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(
+        torch.randn(96, 3, h, HEAD_DIM, generator=g).to(DEVICE, dtype).requires_grad_()
+        for h in (HEADS, GROUPS, GROUPS)
+    )
+
+
+def _grads(attention, q, k, v, **kwargs):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = attention(q, k, v, None, **kwargs)
+    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    (out * cotangent).sum().backward()
+    return [t.detach().float().cpu() for t in (out, q.grad, k.grad, v.grad)]
+
+
+@pytest.mark.parametrize("layout", ["thd", "padded"])
+def test_sdpa_repeating_key_value_groups_equals_materialised_groups(monkeypatch, layout):
+    """Where SDPA takes GQA itself (`enable_gqa`), keys/values are not copied per query head: the per-sample
+    loop and the padded path give the materialised result; a control that repeats the groups in the wrong
+    order (head-major instead of megatron's group-major) differs."""
+    from packcfg.train import attention as attention_module
+
+    if not attention_module._SDPA_HAS_GQA:
+        pytest.skip("this torch's scaled_dot_product_attention has no enable_gqa")
+    dtype = torch.bfloat16 if ON_CUDA else torch.float32  # CUDA: flash takes GQA in half precision only
+    tolerance = 2e-2 if ON_CUDA else 1e-5
+    if layout == "thd":
+        q, k, v, thd = _pack(dtype)
+
+        def run():
+            kwargs = {"packed_seq_params": replace(thd, layer_cache={})}
+            return _grads(_attention("sdpa_loop"), q, k, v, **kwargs)
+    else:
+        q, k, v = _padded_rows(dtype)
+
+        def run():
+            return _grads(_attention("sdpa_loop"), q, k, v)
+
+    calls = []
+    real_sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("enable_gqa", False))
+        return real_sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy)
+    native = run()
+    assert calls and all(calls), "SDPA was not asked to repeat the key/value groups"
+    monkeypatch.setattr(attention_module, "_SDPA_HAS_GQA", False)
+    calls.clear()
+    materialised = run()
+    assert calls and not any(calls)
+    for a, b in zip(native, materialised, strict=True):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+
+    def head_major(x, heads, axis):
+        return (
+            x
+            if x.shape[axis] == heads
+            else x.repeat(*[heads // x.shape[axis] if i == axis else 1 for i in range(x.dim())])
+        )
+
+    monkeypatch.setattr(attention_module, "_expand_groups", head_major)
+    wrong = run()
+    assert _relative(wrong[0], materialised[0]) > 1e-2
