@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from packcfg.plan.estimate import GIB
@@ -10,16 +11,17 @@ from packcfg.plan.search import PlanResult, Proposal
 
 COLUMNS = (
     "#", "TP", "CP", "PP", "SP", "GBS", "pack", "mult", "recomp",
-    "weights", "grads", "optim", "activ", "logits", "total GiB", "pack eff", "step s", "tokens/s",
+    "weights", "grads", "optim", "activ", "logits", "total", "pack eff", "step s", "tokens/s",
 )  # fmt: skip
+MIB = 1024**2
 
 
-def _gib(value: float) -> str:
-    return f"{value / GIB:.2f}"
-
-
-def _row(p: Proposal) -> list[str]:
+def _row(p: Proposal, unit: int) -> list[str]:
     e, lay, mem = p.estimate, p.estimate.layout, p.estimate.memory
+
+    def _gib(value: float) -> str:
+        return f"{value / unit:.2f}"
+
     return [
         str(p.rank), str(lay.tp), str(lay.cp), str(lay.pp), "on" if lay.sp else "off",
         str(lay.global_batch_size), str(lay.pack_size), str(lay.pad_seq_to_mult), lay.recompute,
@@ -66,11 +68,15 @@ def format_table(result: PlanResult) -> str:
     ]
     if result.infeasible:
         return "\n".join([*lines, f"no proposal: {result.infeasible}"])
-    rows = [list(COLUMNS), *(_row(p) for p in result.proposals)]
+    unit = GIB if max(p.estimate.memory["total"] for p in result.proposals) >= GIB else MIB
+    rows = [list(COLUMNS), *(_row(p, unit) for p in result.proposals)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     for r in rows:
         lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    lines.append("(memory per GPU of the most loaded rank; tokens/s: real tokens, padding excluded)")
+    lines.append(
+        f"(memory in {'GiB' if unit == GIB else 'MiB'} per GPU of the most loaded rank; "
+        "tokens/s: real tokens, padding excluded)"
+    )
     lines.append("assumptions:")
     lines.extend(f"  {a}" for a in assumptions(result))
     dropped = {k: v for k, v in result.rejected.items() if k.startswith("lint")}
@@ -145,7 +151,7 @@ def _nested(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def override_yaml(p: Proposal, source: str) -> str:
+def override_yaml(p: Proposal, source: str, overrides: Sequence[str] = ()) -> str:
     """One proposal as an override YAML to merge over the config (`-c FILE`), its estimate in comments."""
     import yaml
 
@@ -157,7 +163,7 @@ def override_yaml(p: Proposal, source: str) -> str:
         f"recompute {lay.recompute}",
         f"# estimate: {e.memory['total'] / GIB:.2f} GiB per GPU, {e.step_seconds:.3g} s per step, "
         f"{e.tokens_per_second:,.0f} real tokens/s, packing efficiency {p.profile.efficiency:.1%}",
-        f"# use: packcfg lint {source} -c THIS_FILE",
+        f"# use: packcfg lint {' '.join([source, *overrides])} -c THIS_FILE",
     ]
     body = (
         yaml.safe_dump(_nested(p.overrides), sort_keys=False, default_flow_style=False)

@@ -111,5 +111,10 @@ def test_counts_per_rank_under_tp2_and_pp2(tmp_path: Path) -> None:
         shape, counts = _plan_counts(case["config"], case["overrides"], case["tp"], case["pp"])
         for rank in ranks:
             want = shape.stage_params(case["tp"], case["pp"], rank["pp_rank"])
-            assert (rank["params"], rank["grads"]) == (want, want), (case["name"], case["tp"], case["pp"], rank)
+            assert (rank["params"], rank["grads"]) == (want, want), (
+                case["name"],
+                case["tp"],
+                case["pp"],
+                rank,
+            )
         assert counts["params"] == max(r["params"] for r in ranks)

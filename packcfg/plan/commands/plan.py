@@ -110,7 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     o.add_argument("--apply", type=_positive(int), metavar="N", help="write proposal N as an override YAML")
     o.add_argument("--output", type=Path, metavar="FILE",
-                   help="where --apply writes (default: CONFIG_STEM.planN.yaml beside the config)")  # fmt: skip
+                   help="where --apply writes (default: ./CONFIG_STEM.planN.yaml)")  # fmt: skip
     o.add_argument("--force", action="store_true", help="let --apply replace an existing file")
 
 
@@ -185,8 +185,8 @@ def _run(args: argparse.Namespace) -> int:
             raise PlanError(f"--apply {args.apply}: the plan has {len(result.proposals)} proposal(s)")
         from packcfg.core.atomic import atomic_write_text
 
-        out = args.output or config.with_name(f"{config.stem}.plan{args.apply}.yaml")
-        text = override_yaml(result.proposals[args.apply - 1], str(config))
+        out = args.output or Path(f"{config.stem}.plan{args.apply}.yaml")
+        text = override_yaml(result.proposals[args.apply - 1], str(config), args.overrides)
         # never over an input; an existing file only with --force
         atomic_write_text(
             out, text, inputs=files, force=args.force, may_replace=lambda _p: False, what="--apply"
