@@ -168,9 +168,10 @@ def activation_bytes_per_token_layer(shape: ModelShape, layout: Layout, precisio
 
 
 def memory(
-    shape: ModelShape, layout: Layout, precision: Precision
+    shape: ModelShape, layout: Layout, precision: Precision, reference: bool = False
 ) -> tuple[dict[str, float], dict[str, int]]:
-    """Per-GPU bytes of the most loaded pipeline stage, by part, and the element counts per rank."""
+    """Per-GPU bytes of the most loaded pipeline stage, by part, and the element counts per rank;
+    `reference`: DPO's frozen reference model, one more copy of the weights."""
     best: tuple[float, dict[str, float], dict[str, int]] | None = None
     shard = layout.dp * layout.cp if precision.distributed_optimizer else 1
     tokens = layout.micro_batch_size * layout.pack_size / layout.cp  # per GPU per micro-batch
@@ -203,6 +204,8 @@ def memory(
             "activations": act,
             "logits": logits,
         }
+        if reference:
+            parts["reference"] = params * precision.weight_bytes
         parts["total"] = sum(parts.values())
         counts = {
             "params": params,
@@ -215,12 +218,15 @@ def memory(
     return best[1], best[2]
 
 
-def step_flops(shape: ModelShape, profile: PackProfile, recompute: str) -> tuple[float, float]:
+def step_flops(
+    shape: ModelShape, profile: PackProfile, recompute: str, reference: bool = False
+) -> tuple[float, float]:
     """(hardware FLOPs per pack, of which attention): dense work over every computed token (padding
-    included), causal attention over each sample's own length."""
+    included), causal attention over each sample's own length; forward + backward is 3 forwards, full
+    recomputation adds one, DPO's frozen reference model one more."""
     dense = 2.0 * shape.matmul_params_per_token() * profile.computed_tokens_per_pack
     attn = 2.0 * shape.q_size * profile.sum_sq_per_pack * shape.num_layers
-    passes = 4.0 if recompute == "full" else 3.0
+    passes = 3.0 + (recompute == "full") + reference
     return passes * (dense + attn), passes * attn
 
 
@@ -236,9 +242,12 @@ def estimate(
     precision: Precision,
     hw: Hardware,
     overlap_grad_reduce: bool = False,
+    reference: bool = False,
 ) -> Estimate:
-    mem, counts = memory(shape, layout, precision)
-    flops_pack, _ = step_flops(shape, profile, layout.recompute)
+    """Memory and step time of `layout`; `reference`: DPO (a frozen reference model: its weights, and one
+    more forward pass per micro-batch)."""
+    mem, counts = memory(shape, layout, precision, reference)
+    flops_pack, _ = step_flops(shape, profile, layout.recompute, reference)
     rate = hw.peak_tflops * 1e12 * hw.mfu
     per_micro = flops_pack * layout.micro_batch_size / (layout.tp * layout.cp * layout.pp) / rate
     m, pp = layout.microbatches, layout.pp

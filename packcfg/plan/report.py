@@ -25,7 +25,7 @@ def _row(p: Proposal, unit: int) -> list[str]:
     return [
         str(p.rank), str(lay.tp), str(lay.cp), str(lay.pp), "on" if lay.sp else "off",
         str(lay.global_batch_size), str(lay.pack_size), str(lay.pad_seq_to_mult), lay.recompute,
-        _gib(mem["weights"]), _gib(mem["gradients"]), _gib(mem["optimizer"]), _gib(mem["activations"]),
+        _gib(mem["weights"] + mem.get("reference", 0.0)), _gib(mem["gradients"]), _gib(mem["optimizer"]), _gib(mem["activations"]),
         _gib(mem["logits"]), _gib(mem["total"]), f"{p.profile.efficiency:.1%}",
         f"{e.step_seconds:.3g}", f"{e.tokens_per_second:,.0f}",
     ]  # fmt: skip
@@ -55,6 +55,11 @@ def assumptions(result: PlanResult) -> list[str]:
         f"precision: {precision}; {opt}; activations for THD packs with flash attention, "
         "1F1B pipeline schedule, MBS 1 (offline packs)",
         "attention FLOPs from each sample's own length inside a pack; dense FLOPs over the full pack width",
+        *(
+            ["DPO: weights include the frozen reference model; one more forward pass per micro-batch"]
+            if any("reference" in p.estimate.memory for p in result.proposals)
+            else []
+        ),
     ]
 
 

@@ -335,7 +335,7 @@ def plan_config(
                     for rc in request.recompute:
                         considered += 1
                         layout = Layout(tp, cp, pp, dp, size, align, packs, rc)
-                        est = estimate(shape, layout, profile, precision, hw, overlap)
+                        est = estimate(shape, layout, profile, precision, hw, overlap, reference=pairs)
                         if smallest is None or est.memory["total"] < smallest.memory["total"]:
                             smallest = est
                         if not est.fits:
