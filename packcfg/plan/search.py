@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -277,7 +277,7 @@ def plan_config(
     gpus = request.gpus or _pos_int(config, "launch.nodes", 1) * _pos_int(config, "launch.gpus_per_node", gpn)
     if gpus > gpn and gpus % gpn:
         raise PlanError(f"--gpus {gpus} is not a whole number of nodes of {gpn} GPUs (--gpus-per-node)")
-    hw = Hardware(**{**request.hardware.__dict__, "gpus_per_node": gpn})
+    hw = replace(request.hardware, gpus_per_node=gpn)
     if lengths is None:
         lengths = sample_lengths(config, request.data)
     p0 = _pos_int(config, "dataset.offline_packing_specs.packed_sequence_size", 0)
