@@ -240,3 +240,37 @@ def test_plan_imports_no_torch(repo_root: Path) -> None:
 def test_core_never_imports_the_plan_flow(repo_root: Path) -> None:
     for path in (repo_root / "packcfg/core").rglob("*.py"):
         assert "packcfg.plan" not in path.read_text(), path
+
+
+def test_vocab_padding_follows_the_engine() -> None:
+    """The executor builds the vocabulary as given (TP must divide it); Bridge with should_pad_vocab pads it to
+    a multiple of make_vocab_size_divisible_by x TP (Megatron-LM's _vocab_size_with_padding)."""
+    from packcfg.plan.shape import shape_from_config
+
+    model = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 2049}
+    plain = shape_from_config({"model": model})
+    assert plain.padded_vocab(2) == 2049
+    assert "model.vocab_size 2049 not divisible by TP 2 (not padded)" in plain.tp_problems(2)
+    bridge = {"model": {**model, "should_pad_vocab": True}, "launch": {"engine": "bridge"}}
+    padded = shape_from_config(bridge)
+    assert (padded.padded_vocab(1), padded.padded_vocab(2), padded.padded_vocab(4)) == (2176, 2304, 2560)
+    assert padded.tp_problems(2) == []
+    assert padded.embedding_params(2) == 2304 // 2 * 64
+
+
+def test_packing_efficiency_is_the_planners(long_data: Path) -> None:
+    """Each proposal's packing efficiency and pack count are what packcfg.packing.plan() gives for the data's
+    lengths at that pack size and pad_seq_to_mult."""
+    from packcfg.core.config import load_config
+    from packcfg.packing import plan
+    from packcfg.plan.search import sample_lengths
+
+    result = plan_config([L8B], [VOCAB], Request(gpus=8, data=long_data, top=5))
+    lengths = sample_lengths(load_config([L8B], [VOCAB]), long_data)
+    assert len(lengths) == 3000 == result.samples
+    for p in result.proposals:
+        lay = p.estimate.layout
+        stats = plan(lengths, lay.pack_size, align=lay.pad_seq_to_mult, seed=1234).stats
+        assert (p.profile.packs, p.profile.efficiency) == (stats["packs"], stats["efficiency"])
+        aligned = -(-lengths // lay.pad_seq_to_mult) * lay.pad_seq_to_mult
+        assert p.profile.sum_sq_lengths == float((aligned.astype(float) ** 2).sum())
