@@ -18,7 +18,8 @@ DESCRIPTION = (
     "Propose ranked parallelism and batch layouts (TP, CP, PP, SP, global batch, pack size, pad_seq_to_mult, "
     "recomputation) for an offline packed config: per-GPU memory by part, step time and real tokens/s from "
     "FLOPs (attention per sample inside each pack) and communication, packing efficiency from the data's real "
-    "lengths. Every proposal passes `packcfg lint`. See docs/plan.md for the model and its assumptions."
+    "lengths. Every proposal passes `packcfg lint`. See docs/plan.md for the model and its assumptions. "
+    "Exit 0 proposals, 1 no layout is feasible (one line says which constraint), 2 the tool could not run."
 )
 
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
@@ -76,34 +77,66 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", nargs="?", help="experiment YAML (default: the tiny CPU recipe)")
     add_merge_arguments(p)
     g = p.add_argument_group("the job")
-    g.add_argument("--gpus", type=_positive(int), help="GPUs in all (default: launch.nodes x gpus_per_node)")
     g.add_argument(
-        "--gpus-per-node", type=_positive(int), help="GPUs per node (default: launch.gpus_per_node)"
+        "--gpus", metavar="N", type=_positive(int), help="GPUs in all (default: launch.nodes x gpus_per_node)"
     )
-    g.add_argument("--gpu-memory", type=memory_size, default="80GiB", help="memory per GPU (default 80GiB)")
     g.add_argument(
-        "--data", type=Path, help="training data to read lengths from (default: dataset.dataset_root)"
+        "--gpus-per-node",
+        metavar="G",
+        type=_positive(int),
+        help="GPUs per node (default: launch.gpus_per_node)",
+    )
+    g.add_argument(
+        "--gpu-memory",
+        metavar="SIZE",
+        type=memory_size,
+        default="80GiB",
+        help="memory per GPU (default 80GiB)",
+    )
+    g.add_argument(
+        "--data",
+        metavar="FILE",
+        type=Path,
+        help="training data to read lengths from (default: dataset.dataset_root)",
     )
     s = p.add_argument_group("the search (default: every valid value)")
-    s.add_argument("--tp", type=_int_list, help="tensor-parallel sizes to consider, e.g. 1,2,4")
-    s.add_argument("--cp", type=_int_list, help="context-parallel sizes to consider")
-    s.add_argument("--pp", type=_int_list, help="pipeline-parallel sizes to consider")
-    s.add_argument("--pack-sizes", type=_int_list, help="pack sizes (default: powers of two from the "
+    s.add_argument(
+        "--tp", metavar="LIST", type=_int_list, help="tensor-parallel sizes to consider, e.g. 1,2,4"
+    )
+    s.add_argument("--cp", metavar="LIST", type=_int_list, help="context-parallel sizes to consider")
+    s.add_argument("--pp", metavar="LIST", type=_int_list, help="pipeline-parallel sizes to consider")
+    s.add_argument("--pack-sizes", metavar="LIST", type=_int_list, help="pack sizes (default: powers of two from the "
                    "longest sample to twice the config's packed_sequence_size, and that size)")  # fmt: skip
     s.add_argument(
         "--recompute", choices=("none", "full", "both"), default="both", help="recomputation (default both)"
     )
-    s.add_argument("--samples-per-step", type=_positive(float), help="samples per optimizer step to keep "
+    s.add_argument("--samples-per-step", metavar="N", type=_positive(float), help="samples per optimizer step to keep "
                    "(default: the config's global batch of packs x its samples per pack)")  # fmt: skip
-    s.add_argument("--top", type=_positive(int), default=10, help="proposals to show (default 10)")
+    s.add_argument(
+        "--top", metavar="N", type=_positive(int), default=10, help="proposals to show (default 10)"
+    )
     a = p.add_argument_group("assumptions (printed with the table)")
-    a.add_argument("--peak-tflops", type=_positive(float), help="peak TFLOP/s per GPU (default 989: H100 "
+    a.add_argument("--peak-tflops", metavar="T", type=_positive(float), help="peak TFLOP/s per GPU (default 989: H100 "
                    "SXM dense bf16; 67 for fp32 configs)")  # fmt: skip
-    a.add_argument("--mfu", type=_fraction, default=0.45, help="fraction of peak reached (default 0.45)")
-    a.add_argument("--headroom", type=_fraction, default=0.10, help="memory kept free (default 0.10)")
-    a.add_argument("--intra-node-bw", type=_positive(float), default=360.0, help="GB/s inside a node (360)")
     a.add_argument(
-        "--inter-node-bw", type=_positive(float), default=40.0, help="GB/s per GPU across nodes (40)"
+        "--mfu", metavar="F", type=_fraction, default=0.45, help="fraction of peak reached (default 0.45)"
+    )
+    a.add_argument(
+        "--headroom", metavar="F", type=_fraction, default=0.10, help="memory kept free (default 0.10)"
+    )
+    a.add_argument(
+        "--intra-node-bw",
+        metavar="GBPS",
+        type=_positive(float),
+        default=360.0,
+        help="GB/s inside a node (360)",
+    )
+    a.add_argument(
+        "--inter-node-bw",
+        metavar="GBPS",
+        type=_positive(float),
+        default=40.0,
+        help="GB/s per GPU across nodes (40)",
     )
     o = p.add_argument_group("output")
     o.add_argument(
