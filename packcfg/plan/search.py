@@ -70,12 +70,9 @@ def _yaml_scalar(value: Any) -> str:
 
 
 def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return node
+    from packcfg.core.config import get_path
+
+    return get_path(config, dotted.split("."), default)
 
 
 def _pos_int(config: Mapping[str, Any], dotted: str, default: int) -> int:
@@ -105,6 +102,8 @@ def precision_of(config: Mapping[str, Any]) -> Precision:
 
 # ------------------------------------------------------------------------------------------ lengths
 
+READ_CAPACITY = 1 << 20  # tokens: the pack size the lengths are read with (longer samples are refused)
+
 
 def sample_lengths(config: Mapping[str, Any], data: Path | None = None) -> np.ndarray:
     """Runtime lengths of the training samples, read the way `packcfg analyze`/`pack` read them (the packing
@@ -112,9 +111,17 @@ def sample_lengths(config: Mapping[str, Any], data: Path | None = None) -> np.nd
     from packcfg.packing import PackingError, tokenized_samples
     from packcfg.packing import PlanError as PackPlanError
 
-    cfg = dict(config)
+    dataset = dict(config.get("dataset") or {})
     if data is not None:
-        cfg["dataset"] = {**(cfg.get("dataset") or {}), "dataset_root": str(data)}
+        dataset["dataset_root"] = str(data)
+    # read every sample whole: a pack far longer than any sample, so that none is cut or refused here
+    specs = dataset.get("offline_packing_specs")
+    dataset["offline_packing_specs"] = {
+        **(specs if isinstance(specs, Mapping) else {}),
+        "packed_sequence_size": READ_CAPACITY,
+        "pad_seq_to_mult": 1,
+    }
+    cfg = {**config, "dataset": dataset}
     try:
         samples = tokenized_samples(cfg)
     except ImportError as exc:
@@ -184,10 +191,6 @@ def _powers_of_two(upto: int) -> list[int]:
     return [2**k for k in range(0, 20) if 2**k <= upto]
 
 
-def _lcm(a: int, b: int) -> int:
-    return a * b // math.gcd(a, b)
-
-
 def _alignment(cp: int, tp: int, profile_name: str = "current") -> int:
     from packcfg.lint.facts import alignment_multiple  # the M the CP rules check (one definition)
 
@@ -198,7 +201,7 @@ def _pack_sizes(request: Request, p0: int, longest: int) -> list[int]:
     if request.pack_sizes:
         return sorted(set(request.pack_sizes))
     start = 1 << max(0, (longest - 1).bit_length())
-    sizes = {p0} | {s for s in (start * 2**k for k in range(8)) if s <= 2 * p0}
+    sizes = {p0} | {s for s in (start * 2**k for k in range(8)) if s <= max(2 * p0, 2 * start)}
     return sorted(s for s in sizes if s >= longest)
 
 
@@ -271,6 +274,11 @@ def plan_config(
         raise PlanError(
             "dataset.enable_offline_packing: not true; packcfg plan plans offline packed fine-tuning"
         )
+    if isinstance(config.get("peft"), Mapping) and config["peft"]:
+        raise PlanError(
+            "peft: packcfg plan models full-parameter fine-tuning (adapter training keeps gradients and "
+            "optimizer state for the adapters only); plan without the peft section for the full model"
+        )
     shape = shape_from_config(config)
     precision = precision_of(config)
     gpn = request.gpus_per_node or _pos_int(config, "launch.gpus_per_node", 8)
@@ -288,12 +296,13 @@ def plan_config(
     seed = _get(config, "dataset.seed", 0) if isinstance(_get(config, "dataset.seed"), int) else 0
     profiles = Profiles(lengths, pairs, seed, fixed)
     base = profiles.get(p0, m0)
-    if base is None:
+    if base is None and request.samples_per_step is None:
         raise PlanError(
             f"dataset.offline_packing_specs.packed_sequence_size {p0}: the longest sample "
-            f"({profiles.longest(m0)} tokens) does not fit"
+            f"({profiles.longest(m0)} tokens) does not fit, so train.global_batch_size {g0} (packs) says no "
+            "samples per step; give --samples-per-step N to plan larger packs"
         )
-    target = request.samples_per_step or g0 * base.samples_per_pack
+    target = request.samples_per_step or g0 * base.samples_per_pack  # type: ignore[union-attr]
     overlap = _truthy(_get(config, "ddp.overlap_grad_reduce"))
 
     rejected: Counter[str] = Counter()
@@ -319,7 +328,7 @@ def plan_config(
                     rejected[f"{gpus} GPUs not divisible by TP*CP*PP = {tp * cp * pp}"] += 1
                     continue
                 dp = gpus // (tp * cp * pp)
-                align = _lcm(m0, _alignment(cp, tp))
+                align = math.lcm(m0, _alignment(cp, tp))
                 sizes = _pack_sizes(request, p0, profiles.longest(align))
                 if not sizes:
                     rejected["no pack size holds the longest sample"] += 1

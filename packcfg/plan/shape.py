@@ -154,6 +154,13 @@ def model_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
         raise PlanError(str(exc)) from None
 
 
+def _bridge_recipe(config: Mapping[str, Any]) -> str | None:
+    launch = config.get("launch")
+    bridge = launch.get("bridge") if isinstance(launch, Mapping) else None
+    recipe = bridge.get("recipe") if isinstance(bridge, Mapping) else None
+    return recipe if isinstance(recipe, str) else None
+
+
 def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
     """The model's shape (Bridge's GPTModelProvider names and defaults); PlanError names a missing key."""
     model = model_section(config)
@@ -165,6 +172,12 @@ def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
         )
     if model.get("multi_latent_attention") is True:
         raise PlanError("model.multi_latent_attention: packcfg plan models GQA/MHA attention only")
+    recipe = _bridge_recipe(config)
+    if recipe and model.get("hidden_size") is None:
+        raise PlanError(
+            f"model.hidden_size: not set; the shape is in Bridge's recipe {recipe} "
+            f"(launch.bridge.recipe): add --recipe {recipe}"
+        )
     hidden = _int(model, "hidden_size")
     heads = _int(model, "num_attention_heads")
     if "vocab_size" not in model or model.get("vocab_size") is None:

@@ -274,3 +274,42 @@ def test_packing_efficiency_is_the_planners(long_data: Path) -> None:
         assert (p.profile.packs, p.profile.efficiency) == (stats["packs"], stats["efficiency"])
         aligned = -(-lengths // lay.pad_seq_to_mult) * lay.pad_seq_to_mult
         assert p.profile.sum_sq_lengths == float((aligned.astype(float) ** 2).sum())
+
+
+def test_samples_longer_than_the_config_pack_need_samples_per_step(
+    long_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lengths are read whole (no sample cut at the config's pack size); a pack size that cannot hold the
+    longest sample gives no samples per step, so the request must say it."""
+    assert main(["plan", str(TINY), "--data", str(long_data)]) == 2
+    assert "give --samples-per-step N" in capsys.readouterr().err
+    result = plan_config([TINY], [], Request(gpus=2, data=long_data, samples_per_step=64))
+    assert result.proposals
+    for p in result.proposals:
+        assert p.profile.pack_size >= 3900
+        assert p.estimate.samples_per_step == pytest.approx(64, rel=0.5)
+        assert _errors([TINY], p.override_args()) == []
+
+
+@pytest.mark.parametrize(
+    ("config", "words", "message"),
+    [
+        (REPO / "recipes/llama3_8b_lora_packed.yaml", [VOCAB], "peft: packcfg plan models full-parameter"),
+        (REPO / "recipes/llama32_1b_sft_bridge.yaml", [], "add --recipe llama32_1b_sft_config"),
+        (REPO / "recipes/qwen25_vl_7b_in_batch_sft.yaml", [], "dataset.enable_offline_packing: not true"),
+    ],
+)
+def test_configs_it_does_not_model_are_named(
+    config: Path, words: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", str(config), *words]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_a_bridge_recipe_base_gives_the_shape() -> None:
+    one_b = REPO / "recipes/llama32_1b_sft_bridge.yaml"
+    result = plan_config([one_b], ["++recipe.base=llama32_1b_sft_config"], Request(gpus=2, top=3))
+    assert result.shape.total_params() == 1_235_814_400 and result.shape.tied_embeddings
+    for p in result.proposals:
+        assert _errors([one_b], ["++recipe.base=llama32_1b_sft_config", *p.override_args()]) == []
