@@ -67,7 +67,8 @@ def format_table(result: PlanResult) -> str:
     s = result.shape
     lines = [
         f"model: {_fmt_count(s.total_params())} parameters, {s.num_layers} layers x {s.hidden_size}, "
-        f"heads {s.num_attention_heads}/{s.num_query_groups} (GQA), ffn {s.ffn_hidden_size}, "
+        f"heads {s.num_attention_heads}/{s.num_query_groups} "
+        f"({'GQA' if s.num_query_groups < s.num_attention_heads else 'MHA'}), ffn {s.ffn_hidden_size}, "
         f"vocab {s.vocab_size} {'tied' if s.tied_embeddings else 'untied'}",
         f"data: {result.samples} samples; {result.gpus} GPUs; {result.considered} layouts estimated",
     ]

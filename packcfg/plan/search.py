@@ -116,11 +116,10 @@ def sample_lengths(config: Mapping[str, Any], data: Path | None = None) -> np.nd
         dataset["dataset_root"] = str(data)
     # read every sample whole: a pack far longer than any sample, so that none is cut or refused here
     specs = dataset.get("offline_packing_specs")
-    dataset["offline_packing_specs"] = {
-        **(specs if isinstance(specs, Mapping) else {}),
-        "packed_sequence_size": READ_CAPACITY,
-        "pad_seq_to_mult": 1,
-    }
+    specs = dict(specs) if isinstance(specs, Mapping) else {}
+    specs.update(packed_sequence_size=READ_CAPACITY, pad_seq_to_mult=1)
+    specs.setdefault("packed_train_data_path", "packed.parquet")  # named, never written: nothing is packed
+    dataset["offline_packing_specs"] = specs
     cfg = {**config, "dataset": dataset}
     try:
         samples = tokenized_samples(cfg)

@@ -313,3 +313,18 @@ def test_a_bridge_recipe_base_gives_the_shape() -> None:
     assert result.shape.total_params() == 1_235_814_400 and result.shape.tied_embeddings
     for p in result.proposals:
         assert _errors([one_b], ["++recipe.base=llama32_1b_sft_config", *p.override_args()]) == []
+
+
+def test_a_config_without_packed_paths_still_plans(tmp_path: Path) -> None:
+    """Planning writes no packs: a config that names no packed output path is planned from --data."""
+    config = tmp_path / "exp.yaml"
+    config.write_text(
+        "model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, vocab_size: 128}\n"
+        "dataset: {enable_offline_packing: true, offline_packing_specs: {packed_sequence_size: 64}}\n"
+        "train: {micro_batch_size: 1, global_batch_size: 4}\n"
+    )
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": [1] * n}) + "\n" for n in (5, 9, 30, 41, 17, 60)))
+    result = plan_config([config], [], Request(gpus=2, data=data))
+    assert result.samples == 6 and result.proposals
+    assert set(tmp_path.iterdir()) == {data, config}

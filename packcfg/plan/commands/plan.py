@@ -157,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
     except (PlanError, OutputRefused) as exc:
         print(f"packcfg plan: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # the CLI's: output cut short by `| head` is not an error
     except OSError as exc:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"packcfg plan: error: {where}{exc.strerror or exc}", file=sys.stderr)
