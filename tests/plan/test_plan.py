@@ -328,3 +328,23 @@ def test_a_config_without_packed_paths_still_plans(tmp_path: Path) -> None:
     result = plan_config([config], [], Request(gpus=2, data=data))
     assert result.samples == 6 and result.proposals
     assert set(tmp_path.iterdir()) == {data, config}
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ModelShape(32, 4096, 14336, 32, 8, 128, 128256),  # Llama 3 8B
+        ModelShape(80, 8192, 28672, 64, 8, 128, 128256),  # Llama 3 70B
+        ModelShape(24, 2048, 8192, 16, 16, 128, 50304, gated_linear_unit=False),  # a GPT-style MHA layer
+    ],
+)
+def test_activations_stay_near_megatron_lms_formula(shape: ModelShape) -> None:
+    """Megatron-LM's compute_activation_memory (theoretical_memory_usage.py): s*b*h*(18 + 4f/h) bytes per
+    layer with SP, over TP. The itemised count here (q/k/v, GQA, gated MLP, norms) stays within 15% of it."""
+    from packcfg.plan.estimate import activation_bytes_per_token_layer
+
+    for tp in (1, 2, 8):
+        layout = Layout(tp, 1, 1, 1, 4096, 1, 8)
+        ours = activation_bytes_per_token_layer(shape, layout, Precision(bf16=True))
+        theirs = shape.hidden_size * (18 + 4 * shape.ffn_hidden_size / shape.hidden_size) / tp
+        assert ours == pytest.approx(theirs, rel=0.15)
