@@ -97,6 +97,11 @@ def test_nothing_fits_is_one_line_and_exit_1(long_data: Path, capsys: pytest.Cap
     assert code == 1
     assert len(err) == 1
     assert "nothing fits in 24 GiB per GPU" in err[0] and "smallest estimate" in err[0]
+    args = ["plan", str(L70B), VOCAB, "--gpus", "8", "--gpu-memory", "24GiB", "--data", str(long_data)]
+    assert main([*args, "--format", "json"]) == 1
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert doc["proposals"] == [] and doc["infeasible"] in out.err
 
 
 def test_gpu_count_not_divisible_is_one_line(long_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
