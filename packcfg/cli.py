@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("packcfg.packing.commands.analyze", "plan packs for a dataset and report the stats"),
     "pack": ("packcfg.packing.commands.pack", "pack a tokenized dataset into Bridge's packed Parquet"),
     "verify": ("packcfg.packing.commands.verify", "check a packed Parquet file (and against its source)"),
+    "plan": ("packcfg.plan.commands.plan", "propose ranked parallelism, batch and pack-size layouts"),
     "train": ("packcfg.train.commands.train", "run the bundled megatron-core packed-training executor"),
     "export-hf": ("packcfg.train.hf.command", "export a run's checkpoint as a Hugging Face folder"),
     "render": ("packcfg.launch.commands.render", "render the job bundle (scripts, manifest, config)"),
