@@ -470,7 +470,7 @@ class _Slots:
 # taken alone): its per-token temporaries stay ~2 MB (whole samples: a uint64 per token) or ~8 MB (pieces or
 # padding: the gather, ~30 bytes per token) whatever the size of a source batch.
 _CHUNK_TOKENS = 1 << 18
-# Token-id JSONL is parsed in blocks of this many bytes (pack reads 16 MiB blocks: sources.JSONL_BLOCK_BYTES).
+# Token-id JSONL is parsed in blocks of this many bytes (pack reads 16 MiB blocks: sources.token_jsonl.JSONL_BLOCK_BYTES).
 # A block's text, its copies and the parser's output are ~6x the block while it is parsed, and glibc keeps
 # much of that once freed: 16 MiB blocks cost ~100 MiB more peak RSS than 4 MiB ones (1M samples: 325 vs
 # 225 MiB for reading alone), for no speed. A line longer than a block sends the rest of the file to the

@@ -27,7 +27,8 @@ from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
 from packcfg.packing.parquet import Compressor, ListColumn, ListParquetWriter, RowGroup, encode_row_group
 from packcfg.packing.planner import PackPlan
-from packcfg.packing.sources import Spool, ordered_map
+from packcfg.packing.sources.spool import Spool
+from packcfg.packing.sources.threads import ordered_map
 
 FORMAT_VERSION = 1
 MAX_METADATA_BYTES = 64 * 1024 * 1024

@@ -18,7 +18,7 @@ from .conftest import random_token_rows
 @pytest.fixture(autouse=True, params=[1, 2], ids=["1 reader", "2 readers"])
 def read_workers(request, monkeypatch):
     """Every test with blocks parsed one at a time and two at a time (same batches, same errors)."""
-    monkeypatch.setattr(sources, "READ_WORKERS", request.param)
+    monkeypatch.setattr(sources.threads, "READ_WORKERS", request.param)
     return request.param
 
 
