@@ -32,6 +32,7 @@ from packcfg.packing.sources import (
     tokenizer_checksum,
     tokenizer_inputs,
 )
+from packcfg.packing.sources import cache as token_cache
 
 __all__ = ["detect_format", "spool"]  # re-exported for the commands
 from packcfg.packing.writer import (
@@ -454,8 +455,24 @@ def _pack(
     # the spool lives next to the output: same filesystem, and no surprise in a small /tmp; it is a
     # locked `.<output>.<random>.tmp` folder, so a killed run's spool is removed by the next run
     with temp_dir(settings.output) as workdir:
-        with Progress("read ", None, progress) as bar:
-            sp = spool(settings.source, tokenizer, workdir, bar)
+        sp, cache_key, cache = None, None, None
+        if fmt in TOKENIZED_FORMATS and token_cache.enabled():
+            # tokenized before from the same bytes with the same tokenizer: read that (sources.cache)
+            cache = token_cache.cache_root(settings.output)
+            cache_key = token_cache.cache_key(pending_sum.result(), tokenizer_sum, fmt)
+            sp = token_cache.load(cache, cache_key)
+        if sp is None:
+            with Progress("read ", None, progress) as bar:
+                sp = spool(settings.source, tokenizer, workdir, bar)
+            if cache is not None and cache_key is not None:
+                info = {
+                    "source": str(settings.source),
+                    "source_checksum": pending_sum.result(),
+                    "source_format": fmt,
+                    "tokenizer": str(tokenizer),
+                    "tokenizer_checksum": tokenizer_sum,
+                }
+                token_cache.store(cache, cache_key, sp, info)
         source_sum = pending_sum.result()
         t_read = time.perf_counter()
         p = make_plan(sp, settings)
