@@ -77,8 +77,16 @@ def _entry(folder: Path) -> dict[str, Any] | None:
 
 
 def load(root: Path, key: str) -> Spool | None:
-    """The cached spool for `key`, memory-mapped read-only, or None (absent, or anything inconsistent)."""
+    """The cached spool for `key`, memory-mapped read-only, or None: absent, or damaged (anything
+    inconsistent; then it is removed, to be stored again)."""
     folder = root / key
+    sp = _load(folder, key)
+    if sp is None and os.path.isdir(folder) and not os.path.islink(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+    return sp
+
+
+def _load(folder: Path, key: str) -> Spool | None:
     entry = _entry(folder)
     if entry is None or entry.get("key") != key or entry.get("cache_version") != CACHE_VERSION:
         return None
