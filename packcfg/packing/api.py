@@ -33,6 +33,7 @@ from packcfg.packing.sources import (
     tokenizer_inputs,
 )
 from packcfg.packing.sources import cache as token_cache
+from packcfg.packing.sources.spooling import release_memory, unpack_values
 
 __all__ = ["detect_format", "spool"]  # re-exported for the commands
 from packcfg.packing.writer import (
@@ -474,8 +475,10 @@ def _pack(
                 }
                 token_cache.store(cache, cache_key, sp, info)
         source_sum = pending_sum.result()
+        release_memory()  # what reading freed (its blocks, pyarrow's pool), before planning and writing
         t_read = time.perf_counter()
         p = make_plan(sp, settings)
+        release_memory()  # the planner's temporaries
         t_plan = time.perf_counter()
         stats = p.stats
         if p.num_packs == 0:
@@ -602,8 +605,7 @@ def tokenized_samples(
     for it in ids.tolist():
         s = int(sp.offsets[p.item_sample[it]] + p.item_start[it])
         n = int(p.item_length[it]) + 1
-        tokens = np.array(sp.tokens[s : s + n], dtype=np.int32)
-        mask = np.array(sp.mask[s : s + n], dtype=np.int8)
+        tokens, mask = unpack_values(np.asarray(sp.packed[s : s + n]))
         mask[-1] = 0
         out.append((tokens, mask))
     return out

@@ -305,7 +305,7 @@ def test_a_damaged_cache_entry_is_tokenized_again(tmp_path, sft, monkeypatch):
     out = tmp_path / "out" / "packed.parquet"
     first = _pack(sft, TOKENIZER, out)
     (entry,) = token_cache.cache_root(out).iterdir()
-    with open(entry / "tokens.bin", "r+b") as fh:
+    with open(entry / "spool.bin", "r+b") as fh:
         fh.truncate(8)
     counting = _Counting(monkeypatch)
     assert _pack(sft, TOKENIZER, out) == first

@@ -8,7 +8,7 @@ afterwards), so that the writer can gather any sample in O(1) while memory stays
 - `read`: `detect_format` and `iter_batches`, which hands a source to its reader:
 - `token_jsonl` (token-id JSONL: compiled block reader, pyarrow, exact reader), `parquet` (token ids),
   `text` (Bridge `input`/`output`, tokenized), `chat` (`messages`, rendered with the chat template);
-- `jsonl` (JSONL lines as objects, one-line errors), `threads` (`ordered_map`, `prefetched`), `spool`.
+- `jsonl` (JSONL lines as objects, one-line errors), `threads` (`ordered_map`, `prefetched`), `spooling` (`spool`, `Spool`).
 
 The tokenizer (`packcfg.packing.tokenizer`) and the checksums (`packcfg.packing.checksums`) live beside this
 package; their names are re-exported here, as is everything this module held before it was split.
@@ -35,7 +35,7 @@ from packcfg.packing.sources.chat import _iter_chat_jsonl
 from packcfg.packing.sources.jsonl import _jsonl_lines, _jsonl_records, _parse_line
 from packcfg.packing.sources.parquet import PARALLEL_ROW_GROUP_BYTES, _iter_parquet, _parquet_batch
 from packcfg.packing.sources.read import PARQUET_SUFFIXES, TOKENIZED_FORMATS, detect_format, iter_batches
-from packcfg.packing.sources.spool import Spool, spool
+from packcfg.packing.sources.spooling import Spool, spool
 from packcfg.packing.sources.text import _iter_text_jsonl, _tokenized_text
 from packcfg.packing.sources.threads import READ_WORKERS, ordered_map, prefetched
 from packcfg.packing.sources.token_jsonl import (

@@ -3,8 +3,9 @@ output and used again while the source's and the tokenizer's sha256 are those of
 
 Tokenizing is nearly all of `pack`'s time on text (1M Bridge rows: ~50 s of CPU); a second `pack` of the
 same data with other settings (pack size, seed, algorithm) or after `--force` reads the cached spool
-instead. Layout: `<output folder>/.packcfg-tokenized/<key>/` with `tokens.bin` (int32), `mask.bin` (int8,
-label-aligned), `offsets.npy`, `lines.npy` and `entry.json` (written last). The key is a sha256 of the
+instead. Layout: `<output folder>/.packcfg-tokenized/<key>/` with `spool.bin` (the spool's packed values:
+token ids and label-aligned mask bits, 16 or 32 bits each), `offsets.npy`, `lines.npy` and `entry.json`
+(written last). The key is a sha256 of the
 source's and the tokenizer's checksums (`packcfg.packing.checksums`: tokenizer.json and the config files
 and chat template beside it), the source format, the `tokenizers` version and `CACHE_VERSION` (raised when
 packcfg tokenizes differently), so changing any of them misses. An entry is staged in a locked temporary
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from packcfg.packing.sources.spool import Spool
+from packcfg.packing.sources.spooling import SPOOL_FILE, Spool
 
 CACHE_DIR_NAME = ".packcfg-tokenized"
 CACHE_VERSION = 1
@@ -90,13 +91,11 @@ def _load(folder: Path, key: str) -> Spool | None:
     entry = _entry(folder)
     if entry is None or entry.get("key") != key or entry.get("cache_version") != CACHE_VERSION:
         return None
-    n, total = entry.get("samples"), entry.get("tokens")
-    if type(n) is not int or type(total) is not int or n <= 0 or total < n:
+    n, total, bits = entry.get("samples"), entry.get("tokens"), entry.get("bits")
+    if type(n) is not int or type(total) is not int or n <= 0 or total < n or bits not in (16, 32):
         return None
     try:
-        if (folder / "tokens.bin").stat().st_size != 4 * total or (
-            folder / "mask.bin"
-        ).stat().st_size != total:
+        if (folder / SPOOL_FILE).stat().st_size != bits // 8 * total:
             return None
         offsets = np.load(folder / "offsets.npy", allow_pickle=False)
         lines = np.load(folder / "lines.npy", allow_pickle=False)
@@ -109,12 +108,12 @@ def _load(folder: Path, key: str) -> Spool | None:
             return None
         if offsets[0] != 0 or offsets[-1] != total or (np.diff(offsets) <= 0).any():
             return None
-        tokens = np.memmap(folder / "tokens.bin", dtype=np.int32, mode="r", shape=(total,))
-        mask = np.memmap(folder / "mask.bin", dtype=np.int8, mode="r", shape=(total,))
+        dtype = np.uint16 if bits == 16 else np.uint32
+        packed = np.memmap(folder / SPOOL_FILE, dtype=dtype, mode="r", shape=(total,))
         os.utime(folder / "entry.json")  # most recently used: kept longest
     except (OSError, ValueError):
         return None
-    return Spool(tokens, mask, offsets, lines)
+    return Spool(packed, offsets, lines)
 
 
 def store(root: Path, key: str, sp: Spool, info: dict[str, Any]) -> bool:
@@ -128,11 +127,10 @@ def store(root: Path, key: str, sp: Spool, info: dict[str, Any]) -> bool:
         root.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(root, key)
         with temp_dir(root / key) as tmp:
-            for name in ("tokens.bin", "mask.bin"):
-                try:
-                    os.link(sp.workdir / name, tmp / name)
-                except OSError:
-                    shutil.copyfile(sp.workdir / name, tmp / name)
+            try:
+                os.link(sp.workdir / SPOOL_FILE, tmp / SPOOL_FILE)
+            except OSError:
+                shutil.copyfile(sp.workdir / SPOOL_FILE, tmp / SPOOL_FILE)
             with open(tmp / "offsets.npy", "wb") as fh:
                 np.save(fh, np.asarray(sp.offsets, dtype=np.int64))
             with open(tmp / "lines.npy", "wb") as fh:
@@ -142,6 +140,7 @@ def store(root: Path, key: str, sp: Spool, info: dict[str, Any]) -> bool:
                 "cache_version": CACHE_VERSION,
                 "samples": sp.num_samples,
                 "tokens": int(sp.offsets[-1]),
+                "bits": sp.packed.dtype.itemsize * 8,
                 **info,
             }
             with open(tmp / "entry.json", "w", encoding="utf-8") as fh:

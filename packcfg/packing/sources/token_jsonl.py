@@ -71,7 +71,9 @@ def _check_ids(path: Path, where: str, ids: Any, line: str | None = None) -> np.
     return arr
 
 
-JSONL_BLOCK_BYTES = 16 << 20
+# 4 MiB: the same speed as 16 MiB, ~100 MiB less peak RSS (a block's text, its copies and the parser's
+# output are ~6x the block while it is parsed, and two are parsed at a time)
+JSONL_BLOCK_BYTES = 4 << 20
 
 
 def _iter_token_jsonl_fast(
@@ -103,16 +105,21 @@ def _iter_token_jsonl_fast(
         raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
     def blocks() -> Iterator[bytes | None]:
-        """Whole-line blocks of the file; None: a line longer than a block (the exact reader decides)."""
+        """Whole-line blocks of the file, about `block_bytes` each; a line longer than that makes its block
+        as long as the line (read on to its end)."""
         rest = b""
         while True:
             chunk = f.read(block_bytes)
-            block = rest + chunk
+            if chunk and chunk.rfind(b"\n") < 0:  # no line ends here: gather up to the next newline
+                parts = [rest, chunk]
+                while chunk and chunk.rfind(b"\n") < 0:
+                    chunk = f.read(block_bytes)
+                    parts.append(chunk)
+                block = b"".join(parts)
+            else:
+                block = rest + chunk
             if chunk:
                 cut = block.rfind(b"\n") + 1
-                if cut == 0:
-                    yield None
-                    return
                 block, rest = block[:cut], block[cut:]
             if block:
                 yield block
@@ -120,7 +127,9 @@ def _iter_token_jsonl_fast(
                 return
 
     def parsed(block: bytes | None) -> tuple[Batch | None, int]:
-        return (None, 0) if block is None else _token_block(block, parse, 1, block_bytes)
+        if block is None:
+            return None, 0
+        return _token_block(block, parse, 1, max(block_bytes, len(block)))
 
     done = 0  # records yielded so far (= lines: every earlier block had one record per line)
     with f:
