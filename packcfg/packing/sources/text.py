@@ -147,7 +147,12 @@ def _encode_text(
         encodings = encode([contexts[i] + " " + outputs[i] for i in one], add_special_tokens=False)
         for i, e in zip(one, encodings, strict=True):
             ids[i] = e.ids
-            ctx_len[i] = bisect.bisect_left([s for s, _ in e.offsets], len(contexts[i]))
+            b = len(contexts[i])
+            # the answer's first token starts at the space (unless offsets are trimmed: then scan them)
+            k = e.char_to_token(b)
+            if k is None or e.token_to_chars(k)[0] != b:
+                k = bisect.bisect_left([s for s, _ in e.offsets], b)
+            ctx_len[i] = k
     done = set(one)
     two = [i for i in range(n) if i not in done]
     if two:
