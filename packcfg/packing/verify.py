@@ -471,11 +471,10 @@ class _Slots:
 # taken alone): its per-token temporaries stay ~2 MB (whole samples: a uint64 per token) or ~8 MB (pieces or
 # padding: the gather, ~30 bytes per token) whatever the size of a source batch.
 _CHUNK_TOKENS = 1 << 18
-# Token-id JSONL is parsed in blocks of this many bytes (pack reads 16 MiB blocks: sources.token_jsonl.JSONL_BLOCK_BYTES).
+# Token-id JSONL is parsed in blocks of this many bytes, as pack reads it (sources.token_jsonl.JSONL_BLOCK_BYTES).
 # A block's text, its copies and the parser's output are ~6x the block while it is parsed, and glibc keeps
 # much of that once freed: 16 MiB blocks cost ~100 MiB more peak RSS than 4 MiB ones (1M samples: 325 vs
-# 225 MiB for reading alone), for no speed. A line longer than a block sends the rest of the file to the
-# exact (slower) reader, as it does in pack at 16 MiB: 4 MiB is a line of ~800k tokens.
+# 225 MiB for reading alone), for no speed. A line longer than a block makes its block that long.
 _JSONL_BLOCK_BYTES = 4 << 20
 
 
@@ -554,7 +553,7 @@ def _expected_batches(
     When the slots are the samples themselves (nothing split, truncated or padded: the usual case) they
     are hashed in place; else each chunk of slots is gathered (pieces, padding) and then hashed."""
     fmt = detect_format(Path(source))
-    # token-id JSONL in smaller blocks than pack reads (see _JSONL_BLOCK_BYTES), and one reader thread: this
+    # token-id JSONL in 4 MiB blocks (see _JSONL_BLOCK_BYTES), and one reader thread: this
     # pass already runs beside the packed-file pass, and a second reader only adds a batch to the peak
     batches = iter_batches(
         Path(source),
