@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         out = data / "out_tokens" / "packed.parquet"
         base = ["pack", str(tok_src), "--capacity", cap, "--out", str(out), "-q", "--force"]
         if "tokens" in only:
-            rows.append(median_row(f"token JSONL {args.n:,}: pack", [timed(base) for _ in range(args.repeat)]))
+            rows.append(
+                median_row(f"token JSONL {args.n:,}: pack", [timed(base) for _ in range(args.repeat)])
+            )
         elif not out.exists():
             timed(base)
         if "verify" in only:
