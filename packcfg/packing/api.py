@@ -456,16 +456,18 @@ def _pack(
     # the spool lives next to the output: same filesystem, and no surprise in a small /tmp; it is a
     # locked `.<output>.<random>.tmp` folder, so a killed run's spool is removed by the next run
     with temp_dir(settings.output) as workdir:
-        sp, cache_key, cache = None, None, None
+        sp, cache = None, None
         if fmt in TOKENIZED_FORMATS and token_cache.enabled():
-            # tokenized before from the same bytes with the same tokenizer: read that (sources.cache)
+            # tokenized before from the same bytes with the same tokenizer: read that (sources.cache); the
+            # source's sha256 is awaited only when there is a cache to look in
             cache = token_cache.cache_root(settings.output)
-            cache_key = token_cache.cache_key(pending_sum.result(), tokenizer_sum, fmt)
-            sp = token_cache.load(cache, cache_key)
+            if cache.is_dir():
+                sp = token_cache.load(cache, token_cache.cache_key(pending_sum.result(), tokenizer_sum, fmt))
         if sp is None:
             with Progress("read ", None, progress) as bar:
                 sp = spool(settings.source, tokenizer, workdir, bar)
-            if cache is not None and cache_key is not None:
+            if cache is not None:
+                cache_key = token_cache.cache_key(pending_sum.result(), tokenizer_sum, fmt)
                 info = {
                     "source": str(settings.source),
                     "source_checksum": pending_sum.result(),
