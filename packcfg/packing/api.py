@@ -32,6 +32,8 @@ from packcfg.packing.sources import (
     tokenizer_checksum,
     tokenizer_inputs,
 )
+from packcfg.packing.sources import cache as token_cache
+from packcfg.packing.sources.spooling import release_memory, unpack_values
 
 __all__ = ["detect_format", "spool"]  # re-exported for the commands
 from packcfg.packing.writer import (
@@ -454,11 +456,31 @@ def _pack(
     # the spool lives next to the output: same filesystem, and no surprise in a small /tmp; it is a
     # locked `.<output>.<random>.tmp` folder, so a killed run's spool is removed by the next run
     with temp_dir(settings.output) as workdir:
-        with Progress("read ", None, progress) as bar:
-            sp = spool(settings.source, tokenizer, workdir, bar)
+        sp, cache = None, None
+        if fmt in TOKENIZED_FORMATS and token_cache.enabled():
+            # tokenized before from the same bytes with the same tokenizer: read that (sources.cache); the
+            # source's sha256 is awaited only when there is a cache to look in
+            cache = token_cache.cache_root(settings.output)
+            if cache.is_dir():
+                sp = token_cache.load(cache, token_cache.cache_key(pending_sum.result(), tokenizer_sum, fmt))
+        if sp is None:
+            with Progress("read ", None, progress) as bar:
+                sp = spool(settings.source, tokenizer, workdir, bar)
+            if cache is not None:
+                cache_key = token_cache.cache_key(pending_sum.result(), tokenizer_sum, fmt)
+                info = {
+                    "source": str(settings.source),
+                    "source_checksum": pending_sum.result(),
+                    "source_format": fmt,
+                    "tokenizer": str(tokenizer),
+                    "tokenizer_checksum": tokenizer_sum,
+                }
+                token_cache.store(cache, cache_key, sp, info)
         source_sum = pending_sum.result()
+        release_memory()  # what reading freed (its blocks, pyarrow's pool), before planning and writing
         t_read = time.perf_counter()
         p = make_plan(sp, settings)
+        release_memory()  # the planner's temporaries
         t_plan = time.perf_counter()
         stats = p.stats
         if p.num_packs == 0:
@@ -585,8 +607,7 @@ def tokenized_samples(
     for it in ids.tolist():
         s = int(sp.offsets[p.item_sample[it]] + p.item_start[it])
         n = int(p.item_length[it]) + 1
-        tokens = np.array(sp.tokens[s : s + n], dtype=np.int32)
-        mask = np.array(sp.mask[s : s + n], dtype=np.int8)
+        tokens, mask = unpack_values(np.asarray(sp.packed[s : s + n]))
         mask[-1] = 0
         out.append((tokens, mask))
     return out

@@ -37,6 +37,7 @@ import numpy as np
 
 from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
+from packcfg.packing.tokenizer import _read_json_object
 
 ROLES = ("system", "user", "assistant", "tool")
 SPECIAL_TOKEN_KEYS = (
@@ -90,8 +91,6 @@ def _one_line(exc: BaseException) -> str:
 
 def load_chat_template(folder: Path) -> ChatTemplate:
     """The chat template of a local Hugging Face tokenizer folder, compiled in jinja's immutable sandbox."""
-    from packcfg.packing.sources import _read_json_object
-
     config_path = folder / "tokenizer_config.json"
     config = _read_json_object(config_path) or {}
     jinja_path = folder / "chat_template.jinja"

@@ -21,6 +21,7 @@ from packcfg.packing.sources import (
     detect_format,
     iter_batches,
 )
+from packcfg.packing.sources.spooling import release_memory
 from packcfg.packing.writer import (
     _GOLD,
     _M1,
@@ -258,7 +259,7 @@ def _verify_packed(
     _check_against_metadata(report, entry, meta_path or packed, slot_h, slot_row, row_h, max_errors)
     if source is not None and expected is not None:
         del slot_hash_parts, slot_row_parts, row_hash_parts, row_h
-        _release_memory()  # the packed file's read buffers, while the source may still stream
+        release_memory()  # the packed file's read buffers, while the source may still stream
         _check_against_source(
             report,
             source,
@@ -470,11 +471,10 @@ class _Slots:
 # taken alone): its per-token temporaries stay ~2 MB (whole samples: a uint64 per token) or ~8 MB (pieces or
 # padding: the gather, ~30 bytes per token) whatever the size of a source batch.
 _CHUNK_TOKENS = 1 << 18
-# Token-id JSONL is parsed in blocks of this many bytes (pack reads 16 MiB blocks: sources.JSONL_BLOCK_BYTES).
+# Token-id JSONL is parsed in blocks of this many bytes, as pack reads it (sources.token_jsonl.JSONL_BLOCK_BYTES).
 # A block's text, its copies and the parser's output are ~6x the block while it is parsed, and glibc keeps
 # much of that once freed: 16 MiB blocks cost ~100 MiB more peak RSS than 4 MiB ones (1M samples: 325 vs
-# 225 MiB for reading alone), for no speed. A line longer than a block sends the rest of the file to the
-# exact (slower) reader, as it does in pack at 16 MiB: 4 MiB is a line of ~800k tokens.
+# 225 MiB for reading alone), for no speed. A line longer than a block makes its block that long.
 _JSONL_BLOCK_BYTES = 4 << 20
 
 
@@ -553,7 +553,7 @@ def _expected_batches(
     When the slots are the samples themselves (nothing split, truncated or padded: the usual case) they
     are hashed in place; else each chunk of slots is gathered (pieces, padding) and then hashed."""
     fmt = detect_format(Path(source))
-    # token-id JSONL in smaller blocks than pack reads (see _JSONL_BLOCK_BYTES), and one reader thread: this
+    # token-id JSONL in 4 MiB blocks (see _JSONL_BLOCK_BYTES), and one reader thread: this
     # pass already runs beside the packed-file pass, and a second reader only adds a batch to the peak
     batches = iter_batches(
         Path(source),
@@ -708,7 +708,7 @@ def _expected_slots(
         line_parts.append(line)
     if stop is not None and stop.is_set():
         return None
-    _release_memory()  # what reading the source freed, before the sorting below
+    release_memory()  # what reading the source freed, before the sorting below
     # one column at a time, each list freed as it is joined: ~8 bytes per sample less at the peak
     exp_line = _join(line_parts, np.int64)
     exp_full = _join(full_parts, np.uint64)
@@ -727,36 +727,6 @@ def _expected_slots(
     line = exp_line[order[first]]
     del order, first
     return _Expected(uniq, count, line, _join(tok_parts, np.uint64), exp_line)
-
-
-_MALLOC_TRIM: list[Any] = []
-
-
-def _release_memory() -> None:
-    """Hand freed memory back to the OS: pyarrow's pool (mimalloc/jemalloc keep the packed file's read
-    buffers, ~50 MB at 1M samples, unless asked) and glibc's heaps (malloc_trim(0); a no-op without glibc).
-
-    glibc keeps up to its trim threshold (which grows to 64 MB) free at the top of each heap and does not
-    return holes below live blocks; with the source read in a second thread there are two heaps, and at
-    1M samples they held ~90-130 MB free at the peak. Called between phases (three calls, ~20 ms in all),
-    it takes ~60 MiB off JSONL verify --source's peak RSS (1M samples: 475 -> 415 MiB) and ~25 MiB off
-    Parquet's; the env vars that change glibc's thresholds for the whole run (MALLOC_MMAP_THRESHOLD_) cost
-    much more time."""
-    try:
-        import pyarrow as pa
-
-        getattr(pa.default_memory_pool(), "release_unused", lambda: None)()
-    except ImportError:  # pragma: no cover - pyarrow is a dependency of the pack extra
-        pass
-    if not _MALLOC_TRIM:
-        import ctypes
-
-        try:
-            _MALLOC_TRIM.append(ctypes.CDLL(None).malloc_trim)
-        except (OSError, AttributeError):  # not glibc
-            _MALLOC_TRIM.append(None)
-    if _MALLOC_TRIM[0] is not None:
-        _MALLOC_TRIM[0](0)
 
 
 class _Background:
@@ -833,7 +803,7 @@ def _check_against_source(
         multi = m_rank = np.zeros(0, dtype=np.int64)
 
     exp = expected() if callable(expected) else expected
-    _release_memory()  # what the worker freed, before the comparison's arrays
+    release_memory()  # what the worker freed, before the comparison's arrays
     e_uniq, e_count = exp.uniq, exp.count
     idx = np.minimum(np.searchsorted(e_uniq, f), max(len(e_uniq) - 1, 0))
     present = (e_uniq[idx] == f) if len(e_uniq) else np.zeros(len(f), dtype=bool)

@@ -27,9 +27,13 @@ from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
 from packcfg.packing.parquet import Compressor, ListColumn, ListParquetWriter, RowGroup, encode_row_group
 from packcfg.packing.planner import PackPlan
-from packcfg.packing.sources import Spool, ordered_map
+from packcfg.packing.sources.spooling import Spool, release_memory, unpack_values
+from packcfg.packing.sources.threads import ordered_map
 
 FORMAT_VERSION = 1
+# row groups written between two hand-backs of freed memory to the OS (`release_memory`, ~1 ms each): glibc's
+# per-thread arenas otherwise keep the builders' freed temporaries, ~60 MB at 1M samples
+TRIM_EVERY = 1
 MAX_METADATA_BYTES = 64 * 1024 * 1024
 SPLIT_NAMES = ("train", "validation", "test")
 
@@ -51,7 +55,8 @@ def pack_rows(
     total = int(slot.sum())
     # per-token source index as a running sum: +1 inside a slot, a jump to the next slot's source at its
     # start (one pass over the tokens instead of several np.repeat'ed index arrays)
-    step = np.ones(total, dtype=np.int64)
+    # int32 indices while the spool is below 2**31 tokens: half the memory of the largest temporary
+    step = np.ones(total, dtype=np.int32 if len(spool.packed) < 2**31 else np.int64)
     if total:
         step[0] = src[0]
         step[slot_start[1:]] = src[1:] - (src[:-1] + slot[:-1] - 1)
@@ -62,9 +67,8 @@ def pack_rows(
         np.add.at(is_pad, slot_start + real, 1)
         np.add.at(is_pad, slot_start + slot, -1)
         is_pad = np.cumsum(is_pad[:-1], dtype=np.int8).astype(bool)
-        np.minimum(gather, len(spool.tokens) - 1, out=gather)
-    tokens = np.asarray(spool.tokens[gather], dtype=np.int32)
-    mask = np.asarray(spool.mask[gather], dtype=np.int8)
+        np.minimum(gather, len(spool.packed) - 1, out=gather)
+    tokens, mask = unpack_values(spool.packed[gather])
     if padded:
         tokens[is_pad] = pad_id
         mask[is_pad] = 0
@@ -121,7 +125,8 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     global _POWERS
     powers = _POWERS
     if len(powers[0]) < n:
-        size = max(n, 2 * len(powers[0]))
+        # an eighth more than asked: row groups differ by a few tokens; doubling held 2x the arrays (34 MB)
+        size = max(n + n // 8, len(powers[0]) + len(powers[0]) // 8)
         with np.errstate(over="ignore"):
             fwd = np.empty(size, dtype=np.uint64)
             inv = np.empty(size, dtype=np.uint64)
@@ -253,6 +258,7 @@ def write_packed(
     workers = workers or max(1, min(4, os.cpu_count() or 1))
     compress = Compressor(CODEC, CODEC_LEVEL)
     written = 0
+    groups_written = 0
     digest = 0
     with atomic_path(out_path, inputs=inputs, what="packed file") as tmp, open(tmp, "wb") as fh:
         writer = ListParquetWriter(
@@ -269,6 +275,9 @@ def write_packed(
             digest = digest_add(digest, hashes)
             writer.write(group)
             written += group.num_rows
+            groups_written += 1
+            if groups_written % TRIM_EVERY == 0:
+                release_memory()  # the builders' freed temporaries, which glibc's arenas would keep
             if progress is not None:
                 progress.update(group.num_rows)
             if fail_after_rows is not None and written >= fail_after_rows:

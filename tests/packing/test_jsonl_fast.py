@@ -18,7 +18,7 @@ from .conftest import random_token_rows
 @pytest.fixture(autouse=True, params=[1, 2], ids=["1 reader", "2 readers"])
 def read_workers(request, monkeypatch):
     """Every test with blocks parsed one at a time and two at a time (same batches, same errors)."""
-    monkeypatch.setattr(sources, "READ_WORKERS", request.param)
+    monkeypatch.setattr(sources.threads, "READ_WORKERS", request.param)
     return request.param
 
 
@@ -202,3 +202,23 @@ def test_control_a_wrong_kernel_is_caught(tmp_path, monkeypatch):
     assert _same(_outcome(path), _exact(path))
     monkeypatch.setattr(kernel, "parse_block", swapped)
     assert not _same(_outcome(path), _exact(path))
+
+
+def test_a_line_longer_than_a_block_stays_on_the_fast_path(tmp_path, monkeypatch):
+    """Its block grows to hold it: the exact reader is not needed (before, it read the rest of the file)."""
+    from packcfg.packing.sources import token_jsonl
+
+    rows = random_token_rows(40, seed=8, kind="answer", max_len=400)
+    rows[5]["input_ids"] = list(range(3, 3000))  # ~15 kB: hundreds of 64-byte blocks
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    exact = _flat(sources._iter_token_jsonl(path, 7))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the exact reader was used")
+
+    monkeypatch.setattr(token_jsonl, "_iter_token_jsonl", refuse)
+    for block in (64, 1000):
+        fast = _flat(sources._iter_token_jsonl_fast(path, 7, block_bytes=block))
+        for a, b in zip(fast, exact, strict=True):
+            assert np.array_equal(a, b)

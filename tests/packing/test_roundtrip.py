@@ -224,7 +224,7 @@ def test_streaming_uses_row_groups(tmp_path):
 
     s = settings(tmp_path, src, capacity=64)
     sp = spool(src, None, tmp_path / "spool")
-    assert isinstance(sp.tokens, np.memmap)  # on disk, not in memory
+    assert isinstance(sp.packed, np.memmap)  # on disk, not in memory
     p = make_plan(sp, s)
     write_packed(s.output, sp, p, 0, seed=0, rows_per_group=16)
     meta = pq.ParquetFile(s.output).metadata

@@ -255,9 +255,9 @@ def test_parquet_row_groups_read_in_parallel_give_the_batches_of_the_sequential_
 
     src = _multi_group_parquet(tmp_path / "g.parquet")
     assert pq.ParquetFile(src).metadata.num_row_groups > 5
-    monkeypatch.setattr(sources, "READ_WORKERS", 2)
+    monkeypatch.setattr(sources.threads, "READ_WORKERS", 2)
     parallel = list(sources.iter_batches(src, batch_size=16))
-    monkeypatch.setattr(sources, "PARALLEL_ROW_GROUP_BYTES", 0)  # every group "too big": sequential
+    monkeypatch.setattr(sources.parquet, "PARALLEL_ROW_GROUP_BYTES", 0)  # every group "too big": sequential
     sequential = list(sources.iter_batches(src, batch_size=16))
     flat = [np.concatenate([getattr(b, f) for b in parallel]) for f in ("values", "mask")]
     assert np.array_equal(flat[0], np.concatenate([b.values for b in sequential]))
@@ -271,9 +271,9 @@ def test_parquet_row_groups_read_in_parallel_give_the_batches_of_the_sequential_
 def test_bad_value_in_a_later_parquet_row_group_names_its_row(tmp_path, capsys, monkeypatch, parallel):
     from packcfg.packing import sources
 
-    monkeypatch.setattr(sources, "READ_WORKERS", 2)
+    monkeypatch.setattr(sources.threads, "READ_WORKERS", 2)
     if not parallel:
-        monkeypatch.setattr(sources, "PARALLEL_ROW_GROUP_BYTES", 0)
+        monkeypatch.setattr(sources.parquet, "PARALLEL_ROW_GROUP_BYTES", 0)
     src = _multi_group_parquet(tmp_path / "bad.parquet", bad_row=301)
     rc, _, err = run_cli(capsys, "pack", src, "--capacity", "4096")
     line = one_line(err)

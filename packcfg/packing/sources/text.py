@@ -1,0 +1,224 @@
+"""Bridge SFT JSONL text (`input`/`output`) tokenized with a local tokenizer.json."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packcfg.packing.errors import PackingError
+from packcfg.packing.sources import threads
+from packcfg.packing.sources.batch import Batch, label_mask_from_answer_start
+from packcfg.packing.sources.jsonl import _jsonl_records
+from packcfg.packing.tokenizer import LoadedTokenizer, load_tokenizer
+
+# Small text sources are tokenized once per process: the trainer calls ensure_packed and then
+# tokenized_samples on the same file, and tokenizing dominates both. Keyed by both files' identity.
+_TEXT_CACHE: dict[tuple[Any, ...], list[Batch]] = {}
+_TEXT_CACHE_MAX_BYTES = 32 << 20
+
+
+def _tokenized_text(path: Path, tokenizer: Path, batch_size: int) -> Iterator[Batch]:
+    tok = load_tokenizer(tokenizer)
+    try:
+        st, tt = path.stat(), tok.path.stat()
+    except OSError as exc:
+        raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if st.st_size > _TEXT_CACHE_MAX_BYTES:
+        yield from _iter_text_jsonl(path, tok, batch_size)
+        return
+    key = (
+        str(path.resolve()),
+        st.st_size,
+        st.st_mtime_ns,
+        str(tok.path.resolve()),
+        tt.st_size,
+        tt.st_mtime_ns,
+        tok.eos_id,
+    )
+    cached = _TEXT_CACHE.get(key)
+    if cached is None:
+        cached = list(_iter_text_jsonl(path, tok, batch_size))
+        if len(_TEXT_CACHE) >= 4:
+            _TEXT_CACHE.pop(next(iter(_TEXT_CACHE)))
+        _TEXT_CACHE[key] = cached
+    yield from cached
+
+
+# The pre-tokenizers under which one call on "{input} {output}" gives exactly the ids of the two calls
+# `input` and `" " + output` (see `_joint_tokenizer`): GPT-2's byte-level regex, and a Split on Llama 3's or
+# Qwen 2's pattern followed by a byte-level step without its own regex.
+_LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+JOINT_SPLIT_PATTERNS = (_LLAMA3_PATTERN, _QWEN2_PATTERN)
+# text samples tokenized per call; chunks are tokenized by this many threads side by side (the tokenizer
+# releases the GIL and runs its own threads within a call; two callers keep both cores busy while one
+# of them turns ids into arrays)
+TOKENIZE_WORKERS = 2
+
+
+def _joint_tokenizer(tok: LoadedTokenizer) -> bool:
+    """Whether this tokenizer splits "{input} {output}" into exactly the tokens of `input` followed by those of
+    `" " + output` whenever `input` ends, and `output` starts, with a letter, digit or printable ASCII
+    character (`_joint_safe`); then one call per sample replaces two.
+
+    Why, for the pre-tokenizers accepted here: with no normalizer and no truncation or padding, a tokenizer's
+    ids are the BPE of each pre-token in turn (deterministic: no dropout). The pre-tokens are regex matches
+    (GPT-2's, Llama 3's or Qwen 2's pattern), found left to right; none of their alternatives crosses from a
+    non-space character into a following space, and none looks behind, so the matches inside `input` end
+    exactly where it ends and the matches from the space on are those of `" " + output` alone (the only
+    lookahead, after a whitespace run, is decided inside that run, and `input` does not end in one). Added
+    tokens are split out before that; they cannot span the boundary when none holds whitespace or strips
+    it (lstrip, rstrip, single_word). Anything else (another pre-tokenizer, a normalizer, truncation,
+    padding, BPE dropout, another model) keeps two calls."""
+    import json
+
+    try:
+        spec = json.loads(tok.tokenizer.to_str())
+    except (ValueError, AttributeError):
+        return False
+    if spec.get("normalizer") is not None or spec.get("truncation") is not None:
+        return False
+    if spec.get("padding") is not None:
+        return False
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE" or model.get("dropout") not in (None, 0, 0.0):
+        return False
+    for added in spec.get("added_tokens") or []:
+        content = added.get("content")
+        if not isinstance(content, str) or any(ch.isspace() for ch in content):
+            return False
+        if added.get("lstrip") or added.get("rstrip") or added.get("single_word"):
+            return False
+    pre = spec.get("pre_tokenizer") or {}
+    if pre.get("type") == "ByteLevel":
+        return pre.get("use_regex", True) is True and pre.get("add_prefix_space") is False
+    if pre.get("type") == "Sequence":
+        steps = pre.get("pretokenizers") or []
+        if len(steps) != 2:
+            return False
+        split, byte_level = steps
+        return (
+            split.get("type") == "Split"
+            and (split.get("pattern") or {}).get("Regex") in JOINT_SPLIT_PATTERNS
+            and split.get("behavior") == "Isolated"
+            and split.get("invert") is False
+            and byte_level.get("type") == "ByteLevel"
+            and byte_level.get("use_regex") is False
+            and byte_level.get("add_prefix_space") is False
+        )
+    return False
+
+
+def _plain(ch: str) -> bool:
+    """A letter, a digit or printable ASCII other than the space: never whitespace under any regex flavour."""
+    return ch.isalnum() or " " < ch < "\x7f"
+
+
+def _joint_safe(context: str, output: str) -> bool:
+    """The sample may be tokenized in one call (under a `_joint_tokenizer`): the input is empty or ends with a
+    plain character, and the output starts with one."""
+    return bool(output) and _plain(output[0]) and (not context or _plain(context[-1]))
+
+
+def _encode_text(
+    tok: LoadedTokenizer, contexts: list[str], outputs: list[str], joint: bool
+) -> tuple[list[list[int]], list[int]]:
+    """The ids of `input + " " + output` of each sample (no EOS yet), and how many of them are the input's:
+    exactly what two calls, `input` and `" " + output`, give. Under a `_joint_tokenizer`, one call per sample
+    where `_joint_safe` holds (the input's tokens are those starting before its end), two calls for the rest."""
+    import bisect
+
+    n = len(contexts)
+    ids: list[list[int]] = [[] for _ in range(n)]
+    ctx_len = [0] * n
+    one = [i for i in range(n) if _joint_safe(contexts[i], outputs[i])] if joint else []
+    encode = tok.tokenizer.encode_batch
+    if one:
+        encodings = encode([contexts[i] + " " + outputs[i] for i in one], add_special_tokens=False)
+        for i, e in zip(one, encodings, strict=True):
+            ids[i] = e.ids
+            b = len(contexts[i])
+            # the answer's first token starts at the space (unless offsets are trimmed: then scan them)
+            k = e.char_to_token(b)
+            if k is None or e.token_to_chars(k)[0] != b:
+                k = bisect.bisect_left([s for s, _ in e.offsets], b)
+            ctx_len[i] = k
+    done = set(one)
+    two = [i for i in range(n) if i not in done]
+    if two:
+        ctx = encode([contexts[i] for i in two], add_special_tokens=False)
+        ans = encode([" " + outputs[i] for i in two], add_special_tokens=False)
+        for i, c, a in zip(two, ctx, ans, strict=True):
+            ids[i] = c.ids + a.ids
+            ctx_len[i] = len(c.ids)
+    return ids, ctx_len
+
+
+def _text_batch(tok: LoadedTokenizer, rows: tuple[list[int], list[str], list[str]], joint: bool) -> Batch:
+    """One chunk of rows as a Batch: ids, then EOS; the mask predicts the answer and EOS."""
+    import itertools
+
+    linenos, contexts, outputs = rows
+    ids, ctx_len = _encode_text(tok, contexts, outputs, joint)
+    lens = np.fromiter((len(x) + 1 for x in ids), dtype=np.int64, count=len(ids))
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    eos = (tok.eos_id,)
+    values = np.fromiter(
+        itertools.chain.from_iterable(itertools.chain.from_iterable(zip(ids, itertools.repeat(eos)))),
+        dtype=np.int32,
+        count=int(offsets[-1]),
+    )
+    # the mask as before: position j counts from the input's last token on (j >= len(input ids) - 1), the
+    # sample's last position (EOS) not
+    mask = label_mask_from_answer_start(np.asarray(ctx_len, dtype=np.int64), offsets)
+    return Batch(values, offsets, mask, linenos[0], np.asarray(linenos, dtype=np.int64))
+
+
+def _text_rows(path: Path, batch_size: int) -> Iterator[tuple[list[int], list[str], list[str]]]:
+    """(line numbers, inputs, outputs) of `batch_size` rows at a time, checked."""
+    linenos: list[int] = []
+    contexts: list[str] = []
+    outputs: list[str] = []
+    for lineno, obj in _jsonl_records(path):
+        for key in ("input", "output"):
+            if key not in obj:
+                raise PackingError(
+                    f"{path}:{lineno}: missing {key!r} (Bridge SFT JSONL needs input and output)"
+                )
+            if not isinstance(obj[key], str):
+                raise PackingError(
+                    f"{path}:{lineno}: {key!r} must be a string, got {type(obj[key]).__name__}"
+                )
+        linenos.append(lineno)
+        contexts.append(obj["input"])
+        outputs.append(obj["output"])
+        if len(contexts) >= batch_size:
+            yield linenos, contexts, outputs
+            linenos, contexts, outputs = [], [], []
+    if contexts:
+        yield linenos, contexts, outputs
+
+
+def _iter_text_jsonl(
+    path: Path, tok: LoadedTokenizer, batch_size: int, joint: bool | None = None
+) -> Iterator[Batch]:
+    """Bridge SFT rows as samples: Bridge's default prompt template is "{input} {output}" (the answer follows
+    a space), then EOS. Chunks are parsed here and tokenized in TOKENIZE_WORKERS threads, in order.
+    `joint`: one tokenizer call per sample where that is exact (default: `_joint_tokenizer(tok)`)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    if joint is None:
+        joint = _joint_tokenizer(tok)
+    yield from threads.ordered_map(
+        lambda rows: _text_batch(tok, rows, joint), _text_rows(path, batch_size), TOKENIZE_WORKERS
+    )

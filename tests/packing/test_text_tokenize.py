@@ -1,0 +1,312 @@
+"""Tokenizing Bridge SFT text: one tokenizer call per sample gives exactly the ids and masks of the two calls
+(`input`, `" " + output`) packcfg made before, on the sample data, on tricky boundaries and fuzzed text, for
+each pre-tokenizer it accepts; and the tokenized cache: a second pack does not tokenize, and a changed
+source or tokenizer is tokenized again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("pyarrow")
+
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+
+from packcfg.cli import main  # noqa: E402
+from packcfg.packing.sources import cache as token_cache  # noqa: E402
+from packcfg.packing.sources import text  # noqa: E402
+from packcfg.packing.sources.batch import _make_batch  # noqa: E402
+from packcfg.packing.sources.jsonl import _jsonl_records  # noqa: E402
+from packcfg.packing.tokenizer import load_tokenizer  # noqa: E402
+
+from .conftest import SAMPLE_SFT, write_jsonl  # noqa: E402
+
+TOKENIZER = SAMPLE_SFT / "tokenizer.json"
+
+EDGES = [
+    "", " ", "a", "a ", "a\n", "a\n\n", "x  ", "1", "12345", "'s", "it's", "é", "naïve café", "日本語", "a.",
+    "(", "<eos>", "a<eos>", "\t", "a\t", "123 456", "A\r\n", "\u00a0", "x\u00a0", "\u2028", "ok 🙂", "  lead",
+    "\nlead", "'", "?!", "a-b", "1,000", "'ll", "\r", "x\u3000",
+]  # fmt: skip
+
+
+def _reference_batches(path: Path, tok, batch_size: int):
+    """packcfg's text reader before one-call tokenizing (commit af4b3d3), verbatim but for the names."""
+    contexts, answers, linenos, first = [], [], [], 0
+
+    def flush():
+        ctx = tok.tokenizer.encode_batch(contexts, add_special_tokens=False)
+        ans = tok.tokenizer.encode_batch(answers, add_special_tokens=False)
+        ids_list, masks = [], []
+        for c, a in zip(ctx, ans, strict=True):
+            ids = np.asarray(c.ids + a.ids + [tok.eos_id], dtype=np.int32)
+            lm = (np.arange(len(ids)) >= len(c.ids) - 1).astype(np.int8)
+            lm[-1] = 0
+            ids_list.append(ids)
+            masks.append(lm)
+        return _make_batch(ids_list, masks, first, linenos)
+
+    for lineno, obj in _jsonl_records(path):
+        if not contexts:
+            first, linenos = lineno, []
+        linenos.append(lineno)
+        contexts.append(obj["input"])
+        answers.append(" " + obj["output"])
+        if len(contexts) >= batch_size:
+            yield flush()
+            contexts, answers = [], []
+    if contexts:
+        yield flush()
+
+
+def _flat(batches) -> list[np.ndarray]:
+    batches = list(batches)
+    lens = [np.diff(b.offsets) for b in batches]
+    return [np.concatenate([getattr(b, f) for b in batches]) for f in ("values", "mask")] + [
+        np.concatenate(lens),
+        np.concatenate([b.sample_lines() for b in batches]),
+    ]
+
+
+def _trained(tmp_path: Path, pre_tokenizer, name: str, normalizer=None) -> Path:
+    """A byte-level BPE trained on the sample data with this pre-tokenizer, saved as tokenizer.json."""
+    rows = [json.loads(x) for x in (SAMPLE_SFT / "training.jsonl").read_text().splitlines()[:1500]]
+    # whitespace runs of every kind, so that the vocabulary merges them (then a run that crosses the
+    # input/answer boundary gives other ids than two calls: the control below needs that)
+    spaces = ["a \n b", "x  y", "c\n \nd", "e\t f", "g \r\n h", "i\n\n j", "k   l"] * 40
+    corpus = [r["input"] + " " + r["output"] for r in rows] + EDGES * 3 + spaces
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizer
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    trainer = trainers.BpeTrainer(
+        vocab_size=700,
+        special_tokens=["<pad>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(corpus, trainer)
+    folder = tmp_path / name
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    return folder / "tokenizer.json"
+
+
+def _split_byte_level(pattern: str):
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizers_accepted(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("tok")
+    return {
+        "bundled (GPT-2 byte-level)": TOKENIZER,
+        "Llama 3 split": _trained(tmp, _split_byte_level(text._LLAMA3_PATTERN), "llama3"),
+        "Qwen 2 split": _trained(tmp, _split_byte_level(text._QWEN2_PATTERN), "qwen2"),
+    }
+
+
+def _fuzz_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = np.random.default_rng(seed)
+    alphabet = list("ab xyzQ019 \n\t\r'.,!?-(<>") + ["é", "日", "🙂", "\u00a0", "\u2028", "'s", "<eos>", "  "]
+    pairs = []
+    for _ in range(n):
+        a = "".join(rng.choice(alphabet, size=int(rng.integers(0, 12))))
+        b = "".join(rng.choice(alphabet, size=int(rng.integers(0, 12))))
+        pairs.append((a, b))
+    return pairs + [(a, b) for a in EDGES for b in EDGES]
+
+
+def test_the_bundled_tokenizer_takes_one_call_and_it_equals_two_calls_on_the_sample_data():
+    tok = load_tokenizer(TOKENIZER)
+    assert text._joint_tokenizer(tok)
+    for name in ("training.jsonl", "validation.jsonl"):
+        rows = [obj for _, obj in _jsonl_records(SAMPLE_SFT / name)]
+        contexts, outputs = [r["input"] for r in rows], [r["output"] for r in rows]
+        assert sum(text._joint_safe(c, o) for c, o in zip(contexts, outputs, strict=True)) == len(
+            rows
+        )  # all one call
+        assert text._encode_text(tok, contexts, outputs, True) == text._encode_text(
+            tok, contexts, outputs, False
+        )
+
+
+@pytest.mark.parametrize("which", ["bundled (GPT-2 byte-level)", "Llama 3 split", "Qwen 2 split"])
+def test_one_call_equals_two_calls_on_edge_and_fuzzed_boundaries(tokenizers_accepted, which):
+    tok = load_tokenizer(tokenizers_accepted[which])
+    assert text._joint_tokenizer(tok), which
+    pairs = _fuzz_pairs(2000, seed=len(which))
+    contexts, outputs = [a for a, _ in pairs], [b for _, b in pairs]
+    one = sum(text._joint_safe(c, o) for c, o in pairs)
+    assert one > len(pairs) // 4  # the one-call path is exercised, not only the fallback
+    assert text._encode_text(tok, contexts, outputs, True) == text._encode_text(tok, contexts, outputs, False)
+
+
+def test_where_one_call_would_differ_the_sample_check_sends_it_to_two_calls(tokenizers_accepted):
+    """Control: one call on the joined text does differ from two calls for some samples (an input ending in
+    whitespace merges with the answer's space: the regex's whitespace-run rules); every such sample fails
+    `_joint_safe`, so it takes two calls."""
+    differing = []
+    for which, path in tokenizers_accepted.items():
+        tok = load_tokenizer(path).tokenizer
+
+        def ids(s: str, tok=tok) -> list[int]:
+            return tok.encode(s, add_special_tokens=False).ids
+
+        for ctx, out in _fuzz_pairs(1500, seed=11):
+            if ids(ctx + " " + out) != ids(ctx) + ids(" " + out):
+                differing.append((which, ctx, out))
+                assert not text._joint_safe(ctx, out), (which, ctx, out)
+    assert len(differing) >= 10, differing
+
+
+def test_other_tokenizer_pipelines_keep_two_calls(tmp_path):
+    metaspace = _trained(tmp_path, pre_tokenizers.Metaspace(), "metaspace")
+    normalized = _trained(
+        tmp_path, pre_tokenizers.ByteLevel(add_prefix_space=False), "nfkc", normalizers.NFKC()
+    )
+    other_regex = _trained(tmp_path, _split_byte_level(r"\w+|\s+|[^\w\s]+"), "other")
+    for path in (metaspace, normalized, other_regex):
+        assert not text._joint_tokenizer(load_tokenizer(path)), path
+    spec = json.loads(TOKENIZER.read_text())
+    for change in (
+        lambda s: s.update(
+            truncation={"max_length": 8, "strategy": "LongestFirst", "stride": 0, "direction": "Right"}
+        ),
+        lambda s: s["model"].update(dropout=0.1),
+        lambda s: s["added_tokens"][1].update(rstrip=True),
+        lambda s: s["added_tokens"][1].update(content="<e o s>"),
+        lambda s: s["pre_tokenizer"].update(add_prefix_space=True),
+    ):
+        changed = json.loads(json.dumps(spec))
+        change(changed)
+        folder = tmp_path / f"changed{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        (folder / "tokenizer.json").write_text(json.dumps(changed))
+        assert not text._joint_tokenizer(load_tokenizer(folder / "tokenizer.json")), changed
+
+
+def test_text_batches_equal_the_previous_two_call_reader(tmp_path):
+    rows = [json.loads(x) for x in (SAMPLE_SFT / "training.jsonl").read_text().splitlines()]
+    rows += [{"input": a, "output": b} for a, b in _fuzz_pairs(300, seed=5)]
+    src = write_jsonl(tmp_path / "sft.jsonl", rows)
+    tok = load_tokenizer(TOKENIZER)
+    new = _flat(text._iter_text_jsonl(src, tok, 97))
+    old = _flat(_reference_batches(src, tok, 97))
+    for a, b in zip(new, old, strict=True):
+        assert np.array_equal(a, b)
+
+
+def _pack(src: Path, tokenizer: Path, out: Path, capacity: int = 512) -> bytes:
+    rc = main(
+        [
+            "pack",
+            str(src),
+            "--tokenizer",
+            str(tokenizer),
+            "--capacity",
+            str(capacity),
+            "--out",
+            str(out),
+            "-q",
+            "--force",
+        ]
+    )
+    assert rc == 0
+    return out.read_bytes()
+
+
+def test_packs_equal_those_of_two_calls_byte_for_byte(tmp_path, monkeypatch):
+    monkeypatch.setenv(token_cache.ENV, "0")
+    src = tmp_path / "training.jsonl"
+    shutil.copy(SAMPLE_SFT / "training.jsonl", src)
+    one = _pack(src, TOKENIZER, tmp_path / "one" / "packed.parquet")
+    monkeypatch.setattr(text, "_TEXT_CACHE", {})
+    monkeypatch.setattr(text, "_joint_tokenizer", lambda tok: False)
+    two = _pack(src, TOKENIZER, tmp_path / "two" / "packed.parquet")
+    assert one == two
+
+
+class _Counting:
+    def __init__(self, monkeypatch, fail: bool = False):
+        self.calls = 0
+        self.fail = fail
+        real = text._encode_text
+
+        def encode(*args, **kwargs):
+            self.calls += 1
+            if self.fail:
+                raise AssertionError("the tokenizer was called")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(text, "_encode_text", encode)
+        monkeypatch.setattr(text, "_TEXT_CACHE", {})  # the in-process cache of small files: not this one
+
+
+@pytest.fixture
+def sft(tmp_path) -> Path:
+    lines = (SAMPLE_SFT / "training.jsonl").read_text().splitlines()[:600]
+    path = tmp_path / "sft.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_second_pack_reads_the_tokenized_cache_and_writes_the_same_pack(tmp_path, sft, monkeypatch):
+    out = tmp_path / "out" / "packed.parquet"
+    first = _pack(sft, TOKENIZER, out)
+    entries = list(token_cache.cache_root(out).iterdir())
+    assert len(entries) == 1 and (entries[0] / "entry.json").is_file()
+    counting = _Counting(monkeypatch, fail=True)
+    assert _pack(sft, TOKENIZER, out) == first  # --force: packed again, from the cache
+    _pack(sft, TOKENIZER, tmp_path / "out" / "other.parquet", capacity=1024)  # other settings, same cache
+    assert counting.calls == 0
+    # control: without the cache the same run does tokenize
+    monkeypatch.setenv(token_cache.ENV, "0")
+    counting.fail = False
+    assert _pack(sft, TOKENIZER, out) == first
+    assert counting.calls > 0
+
+
+def test_a_changed_source_or_tokenizer_is_tokenized_again(tmp_path, sft, monkeypatch):
+    out = tmp_path / "out" / "packed.parquet"
+    _pack(sft, TOKENIZER, out)
+    counting = _Counting(monkeypatch)
+    rows = sft.read_text().splitlines()
+    rows[3] = json.dumps({"input": "Add: 1 + 1 =", "output": "2"})
+    sft.write_text("\n".join(rows) + "\n")
+    _pack(sft, TOKENIZER, out)
+    assert counting.calls > 0
+    monkeypatch.setattr(text, "_TEXT_CACHE", {})
+    monkeypatch.setenv(token_cache.ENV, "0")
+    assert _pack(sft, TOKENIZER, tmp_path / "fresh" / "packed.parquet") != b""  # (other folder: no cache)
+    monkeypatch.delenv(token_cache.ENV)
+    # the tokenizer: same tokenizer.json, a config file beside it now names the EOS (its checksum changes)
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    shutil.copy(TOKENIZER, folder / "tokenizer.json")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>"}))
+    before = counting.calls
+    monkeypatch.setattr(text, "_TEXT_CACHE", {})
+    _pack(sft, folder / "tokenizer.json", out)
+    assert counting.calls > before
+    assert len(list(token_cache.cache_root(out).iterdir())) == token_cache.KEEP  # the oldest entry removed
+
+
+def test_a_damaged_cache_entry_is_tokenized_again(tmp_path, sft, monkeypatch):
+    out = tmp_path / "out" / "packed.parquet"
+    first = _pack(sft, TOKENIZER, out)
+    (entry,) = token_cache.cache_root(out).iterdir()
+    with open(entry / "spool.bin", "r+b") as fh:
+        fh.truncate(8)
+    counting = _Counting(monkeypatch)
+    assert _pack(sft, TOKENIZER, out) == first
+    assert counting.calls > 0
