@@ -131,7 +131,7 @@ def gather_context_parallel(x: Tensor, group: dist.ProcessGroup) -> Tensor:
     return _GatherFromContextParallel.apply(x, group)
 
 
-def _expand_groups(x: Tensor, heads: int, head_dim_axis: int) -> Tensor:
+def expand_groups(x: Tensor, heads: int, head_dim_axis: int) -> Tensor:
     """GQA: repeat each key/value group for its query heads (megatron orders heads group-major)."""
     groups = x.shape[head_dim_axis]
     return x if groups == heads else x.repeat_interleave(heads // groups, dim=head_dim_axis)
@@ -190,8 +190,8 @@ class PackedCoreAttention(MegatronModule):
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [s, 1, 1, d]
             query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
         q = query.permute(1, 2, 0, 3)
-        k = _expand_groups(key, heads, 2).permute(1, 2, 0, 3)
-        v = _expand_groups(value, heads, 2).permute(1, 2, 0, 3)
+        k = expand_groups(key, heads, 2).permute(1, 2, 0, 3)
+        v = expand_groups(value, heads, 2).permute(1, 2, 0, 3)
         out = F.scaled_dot_product_attention(
             q, k, v, is_causal=True, dropout_p=self._dropout_p(), scale=self.softmax_scale
         )
@@ -206,7 +206,7 @@ class PackedCoreAttention(MegatronModule):
             query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
         if params.kv_gather_index is None and self._fused(query):
             return self._thd_fused(query, key, value, params)
-        key, value = _expand_groups(key, heads, 1), _expand_groups(value, heads, 1)
+        key, value = expand_groups(key, heads, 1), expand_groups(value, heads, 1)
         if params.kv_gather_index is not None:
             return self._thd_context_parallel(query, key, value, params)
         assert params.cu_seqlens_list is not None

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from packcfg.packing.planner import GreedyBufferPacker
 from packcfg.train import mcore_compat
-from packcfg.train.attention import _expand_groups
+from packcfg.train.attention import expand_groups
 from packcfg.train.batches import MicroBatch, Sample, pack_thd
 from packcfg.train.data import BatchPlan, SampleUnits
 from packcfg.train.mcore_compat import ModuleSpec, quiet_megatron_import
@@ -349,8 +349,8 @@ class BidirectionalCoreAttention(MegatronModule):
     ) -> Tensor:
         s, b, heads, _ = query.shape
         q = query.permute(1, 2, 0, 3)
-        k = _expand_groups(key, heads, 2).permute(1, 2, 0, 3)
-        v = _expand_groups(value, heads, 2).permute(1, 2, 0, 3)
+        k = expand_groups(key, heads, 2).permute(1, 2, 0, 3)
+        v = expand_groups(value, heads, 2).permute(1, 2, 0, 3)
         out = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, scale=self.softmax_scale
         )
