@@ -62,9 +62,9 @@ def rng_state() -> dict[str, Any]:
         "has_gauss": int(has_gauss),
         "cached_gaussian": float(cached),
     }
-    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.getrng_state()}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.getrng_state()
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
