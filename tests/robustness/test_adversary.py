@@ -92,6 +92,25 @@ def tiny_config(folder: Path, extra: str = "") -> Path:
     return write(folder, "exp.yaml", text + extra)
 
 
+# The matrices (every hostile input x every variant) are slow: hundreds of subprocesses.
+slow = pytest.mark.slow
+
+
+def test_the_checks_can_fail(tmp_path: Path) -> None:
+    """The controls: a success where a refusal is expected, and a changed protected file, are caught."""
+    write(tmp_path, "a.yaml", MINIMAL)
+    with pytest.raises(AssertionError, match="expected a refusal"):
+        attempt(tmp_path, ["lint", "a.yaml"], expect="refuse")
+    shutil.copy(CASES / "PK110_offline_mbs4.yaml", tmp_path / "exp.yaml")
+    with pytest.raises(AssertionError, match="changed: \\['exp.yaml'\\]"):
+        attempt(tmp_path, ["lint", "exp.yaml", "--fix"], protect=("exp.yaml",))
+    before = fingerprint(tmp_path / "a.yaml")
+    os.chmod(tmp_path / "a.yaml", 0o600)
+    assert fingerprint(tmp_path / "a.yaml") != before  # the mode counts too
+    os.symlink("a.yaml", tmp_path / "l.yaml")
+    assert fingerprint(tmp_path / "l.yaml") == ("link", "a.yaml")
+
+
 # ---------------------------------------------------------------------------------------------------- lint
 
 MINIMAL = "model:\n  tensor_model_parallel_size: 1\ntrain:\n  micro_batch_size: 1\n  global_batch_size: 8\n"
@@ -162,12 +181,14 @@ BAD_OVERRIDES = [
 ]
 
 
+@slow
 @pytest.mark.parametrize("name", list(BAD_YAML))
 def test_lint_hostile_yaml(tmp_path: Path, name: str) -> None:
     write(tmp_path, "exp.yaml", BAD_YAML[name])
     attempt(tmp_path, ["lint", "exp.yaml"], protect=("exp.yaml",))
 
 
+@slow
 @pytest.mark.parametrize("name", list(BAD_YAML))
 def test_lint_fix_hostile_yaml(tmp_path: Path, name: str) -> None:
     write(tmp_path, "exp.yaml", BAD_YAML[name])
@@ -190,6 +211,7 @@ def test_every_reporter_takes_every_hostile_yaml(tmp_path: Path, fmt: str) -> No
         ET.fromstring(proc.stdout)
 
 
+@slow
 @pytest.mark.parametrize("flag", ["positional", "-o"])
 @pytest.mark.parametrize("override", BAD_OVERRIDES)
 def test_lint_hostile_override(tmp_path: Path, override: str, flag: str) -> None:
@@ -368,6 +390,7 @@ def _pack_expectation(name: str, oversize: str) -> str:
     return "refuse"
 
 
+@slow
 @pytest.mark.parametrize("oversize", ["error", "drop", "truncate", "split"])
 @pytest.mark.parametrize("name", list(JSONL))
 def test_pack_hostile_jsonl(tmp_path: Path, name: str, oversize: str) -> None:
@@ -629,6 +652,7 @@ CORRUPT_RECORDS = {
 }
 
 
+@slow
 @pytest.mark.parametrize("command", ["status", "logs", "cancel"])
 @pytest.mark.parametrize("record", list(CORRUPT_RECORDS))
 def test_job_commands_on_a_corrupt_record(tmp_path: Path, record: str, command: str) -> None:
