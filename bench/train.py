@@ -47,11 +47,12 @@ import torch.nn.functional as F  # noqa: E402
 from packcfg.packing import plan  # noqa: E402
 from packcfg.train.attention import Rope, RopeSpec, thd_positions  # noqa: E402
 from packcfg.train.batches import MicroBatch, Sample, pack_thd, pad_batch  # noqa: E402
+from packcfg.train.forward import to_device  # noqa: E402
 from packcfg.train.model import build_model  # noqa: E402
 from packcfg.train.optim import MasterWeights, build_optimizer  # noqa: E402
 from packcfg.train.parallel import distributed  # noqa: E402
 from packcfg.train.settings import TrainSettings  # noqa: E402
-from packcfg.train.step import forward_backward, to_device  # noqa: E402
+from packcfg.train.step import forward_backward  # noqa: E402
 
 PRESETS: dict[str, dict] = {
     "tiny": {

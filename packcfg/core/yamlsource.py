@@ -201,7 +201,7 @@ def load_bytes(raw: bytes, filename: str) -> YamlDocument:
         )
     if text.startswith("\ufeff"):
         text = text[1:]
-    problem = _check_flow_depth(text)
+    problem = check_flow_depth(text)
     if problem:
         return _failed(filename, text, problem)
     try:
@@ -305,7 +305,7 @@ def _syntax_problem(exc: yaml.MarkedYAMLError, text: str) -> LoadProblem:
 _FLOW_TOKEN = r"(?m)\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\n]|'')*'|(?:^|(?<=\s))#[^\n]*|[\[\]{}]"
 
 
-def _check_flow_depth(text: str) -> LoadProblem | None:
+def check_flow_depth(text: str) -> LoadProblem | None:
     """Refuse flow nesting deep enough to crash libyaml before handing it the text."""
     if text.count("[") + text.count("{") < _FLOW_SCAN_THRESHOLD:
         return None

@@ -197,7 +197,7 @@ def lint_stage(config_path: Path, overrides: list[str], stage: Path, say: Say) -
     """Every rule on the recipe plus the demo's overrides; lint errors stop the demo (LintBlocked)."""
     from packcfg import lint_file
     from packcfg.core.config import ConfigError
-    from packcfg.lint.registry import all_rules
+    from packcfg.lint.rules import all_rules
 
     try:
         diagnostics = lint_file(config_path, overrides=overrides)

@@ -271,14 +271,19 @@ def bundle_path(value: str) -> str:
     return f"{BUNDLE_REF}/{value.removeprefix('./')}"
 
 
-def _paths(node: Any, key: str) -> Any:
-    from packcfg.launch.bundle import _PATH_KEY
+# Config keys that name files or folders the job reads or writes (by the last part of the key); the job
+# bundle (packcfg.launch.bundle) maps them too.
+PATH_KEY = re.compile(
+    r"(_path|_paths|_dir|_root|_file|^path|^dir|^save|^load|^pretrained_checkpoint|^tokenizer_model)\Z"
+)
 
+
+def _paths(node: Any, key: str) -> Any:
     if isinstance(node, Mapping):
         return {str(k): _paths(v, str(k)) for k, v in node.items()}
     if isinstance(node, list):
         return [_paths(v, key) for v in node]
-    if isinstance(node, str) and _PATH_KEY.search(key) and key != "tokenizer_model":
+    if isinstance(node, str) and PATH_KEY.search(key) and key != "tokenizer_model":
         return bundle_path(node)
     return node
 

@@ -26,6 +26,7 @@ from typing import Any
 from packcfg import __version__
 from packcfg.core.atomic import atomic_write_bytes
 from packcfg.launch import LaunchError
+from packcfg.launch.bridge import PATH_KEY
 from packcfg.launch.spec import LaunchSpec, launch_spec
 
 SCRIPTS = ("torchrun.sh", "sbatch.sh", "pack.sbatch.sh")
@@ -319,10 +320,6 @@ def slurm_options(spec: LaunchSpec) -> dict[str, Any]:
     return options
 
 
-# Config keys that name files or folders the job reads or writes (by the last part of the key).
-_PATH_KEY = re.compile(
-    r"(_path|_paths|_dir|_root|_file|^path|^dir|^save|^load|^pretrained_checkpoint|^tokenizer_model)\Z"
-)
 _FILE_KEY = re.compile(r"(_path|_file|^path|^tokenizer_model)\Z")
 _MOUNT_PATH = re.compile(r"/[A-Za-z0-9._/@+=-]*\Z")
 _PATH_SECTIONS = ("dataset", "checkpoint", "tokenizer", "logger", "model", "peft", "validation")
@@ -349,7 +346,7 @@ def derived_mounts(config: Mapping[str, Any], spec: LaunchSpec) -> list[str]:
                     walk(value, (*path[:-1], path[-1]))  # a list of paths: the key of the list
                 else:
                     walk(value, (*path, str(i)))
-        elif isinstance(node, str) and path and _PATH_KEY.search(path[-1]) and node.startswith("/"):
+        elif isinstance(node, str) and path and PATH_KEY.search(path[-1]) and node.startswith("/"):
             folder = os.path.normpath(node)
             if _FILE_KEY.search(path[-1]):
                 folder = os.path.dirname(folder) or "/"
@@ -394,7 +391,7 @@ def anchored_paths(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
             in_section
             and isinstance(node, str)
             and node
-            and _PATH_KEY.search(key)
+            and PATH_KEY.search(key)
             and key != "tokenizer_model"
             and not node.startswith("/")
             and "://" not in node

@@ -1,10 +1,8 @@
 """Secret-looking values: a credential is passed from the environment, never written into a bundle.
 
-A key *looks like a secret* when its words (split on `_`, `-`, `.` and camelCase) contain SECRET,
-PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL(S) or APIKEY, or end with TOKEN or KEY (`hf_token`,
-`HF_TOKEN`, `wandb_api_key`, `AWS_SECRET_ACCESS_KEY`, `authToken`). Not secrets: names that say where a
-secret lives or describe one (`MY_TOKEN_FILE`, `ssh_key_path`, `pad_token_id`, `token_dir`), and a
-tokenizer's special tokens (`eos_token`, `pad_token`, `image_token`).
+A key *looks like a secret* as `packcfg.core.secret_names.looks_secret` says (`hf_token`, `wandb_api_key`,
+`AWS_SECRET_ACCESS_KEY`; not `pad_token_id` or `ssh_key_path`): the core holds that rule, so the train flow's
+W&B redaction uses the same one without importing this flow.
 
 A value *comes from the environment* when it is, as a whole, an OmegaConf env interpolation
 `${oc.env:VAR}` / `${oc.env:VAR,default}` (anywhere in the config), or, inside `launch.env`, a reference
@@ -18,95 +16,10 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-_ANYWHERE = {
-    "secret",
-    "secrets",
-    "password",
-    "passwords",
-    "passwd",
-    "passphrase",
-    "credential",
-    "credentials",
-    "apikey",
-}
-_LAST = {"token", "key"}
-# Last words that make the name about a secret, not the secret itself.
-_DESCRIBES = {
-    "file",
-    "files",
-    "path",
-    "paths",
-    "dir",
-    "folder",
-    "id",
-    "ids",
-    "name",
-    "names",
-    "type",
-    "kind",
-    "env",
-    "var",
-    "variable",
-    "len",
-    "length",
-    "size",
-    "count",
-    "num",
-    "dim",
-    "prefix",
-    "suffix",
-    "url",
-    "host",
-    "header",
-    "policy",
-    "dropping",
-    "dispatcher",
-}
-# `<role>_token` of a tokenizer: a vocabulary entry, not a credential.
-_TOKEN_ROLES = {
-    "bos",
-    "eos",
-    "eot",
-    "eod",
-    "pad",
-    "unk",
-    "sep",
-    "cls",
-    "mask",
-    "image",
-    "video",
-    "audio",
-    "vision",
-    "start",
-    "end",
-    "special",
-    "extra",
-    "placeholder",
-    "boi",
-    "eoi",
-    "begin",
-    "tool",
-    "think",
-}
+from packcfg.core.secret_names import SECRET_WORDS, looks_secret, words
+
 ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,[^{}]*)?\}\Z")
 SHELL_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}\Z|\$([A-Za-z_][A-Za-z0-9_]*)\Z")
-
-
-def words(name: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(str(name))]
-
-
-def looks_secret(name: str) -> bool:
-    """True when a key's name says its value is a credential (see the module docstring)."""
-    parts = words(name)
-    if not parts or parts[-1] in _DESCRIBES:
-        return False
-    if any(p in _ANYWHERE for p in parts) or "".join(parts[-2:]) == "apikey":
-        return True
-    if parts[-1] in _LAST:
-        return not (len(parts) > 1 and parts[-2] in _TOKEN_ROLES)
-    return False
 
 
 def env_reference(value: Any, *, shell: bool = False) -> str | None:
@@ -128,7 +41,7 @@ def env_reference(value: Any, *, shell: bool = False) -> str | None:
 def _strong(name: str) -> bool:
     """SECRET/PASSWORD/...-named: a number is a literal secret too (a `*_key: 3` or `*_token: 7` is
     more likely an index, so only strings count there)."""
-    return any(p in _ANYWHERE for p in words(name))
+    return any(p in SECRET_WORDS for p in words(name))
 
 
 def _literal(value: Any) -> bool:

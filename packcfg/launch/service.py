@@ -110,7 +110,8 @@ def _where(located: Any, path: Sequence[str]) -> str:
 
 def check_secrets(located: Any) -> None:
     """Refuse literal secret-looking values anywhere in the config (see `packcfg.launch.secrets`)."""
-    from packcfg.launch.secrets import literal_secrets, words
+    from packcfg.core.secret_names import words
+    from packcfg.launch.secrets import literal_secrets
 
     found = list(literal_secrets(located.data))
     if not found:

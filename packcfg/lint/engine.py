@@ -25,7 +25,8 @@ from packcfg.core.config import (
 )
 from packcfg.core.diagnostics import Diagnostic, Edit, Fix, Position, Severity
 from packcfg.core.yamlsource import YamlDocument, load_text
-from packcfg.lint.registry import Rule, all_rules
+from packcfg.lint.registry import Rule
+from packcfg.lint.rules import all_rules
 from packcfg.lint.settings import Settings
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -520,9 +521,9 @@ def is_experiment_file(path: str | Path) -> bool:
     sections = experiment_sections()
     import yaml
 
-    from packcfg.core.yamlsource import MAX_BYTES, _check_flow_depth
+    from packcfg.core.yamlsource import MAX_BYTES, check_flow_depth
 
-    if len(data) > MAX_BYTES or _check_flow_depth(text) is not None:
+    if len(data) > MAX_BYTES or check_flow_depth(text) is not None:
         # too big or too deeply nested to hand to libyaml (it slows down quadratically with flow depth): decide
         # on the top-level keys alone; an experiment config is then linted and gets its SC004
         return any(m.group(1) in sections for m in _TOP_KEY.finditer(text))

@@ -96,10 +96,3 @@ def rule(
         return fn
 
     return register
-
-
-def all_rules() -> dict[str, Rule]:
-    """Every registered rule, importing the rule modules on first use."""
-    import packcfg.lint.rules  # noqa: F401  (registers on import)
-
-    return dict(sorted(RULES.items()))

@@ -21,6 +21,7 @@ Public API (stable; the trainer and the demo call it):
 - `tokenized_samples(config, *, split="train", base_dir=None) -> list[(input_ids, loss_mask)]`
   (alias `load_samples`): the same samples the packer packs, unpacked, in source order; int32 ids and an
   int8 label-aligned loss mask (0 at each sample's last position), as they appear in the packed rows.
+  `samples_of(settings)` is the same from parsed `PackSettings` (`settings_from_config(config)`).
 - `read_packed(path) -> iterator of dict rows` (`input_ids` int32, `loss_mask` int8, `seq_start_id`),
   streamed row group by row group; `unpack_row(row)` splits a row back into its samples.
 
@@ -37,6 +38,7 @@ from packcfg.packing.api import (
     pack_dataset,
     plan_for_config,
     read_packed,
+    samples_of,
     settings_from_config,
     tokenized_samples,
     unpack_row,
@@ -58,6 +60,7 @@ __all__ = [
     "plan",
     "plan_for_config",
     "read_packed",
+    "samples_of",
     "settings_from_config",
     "tokenized_samples",
     "unpack_row",

@@ -597,7 +597,11 @@ def tokenized_samples(
     split pieces as the packer makes them) and without alignment padding, so a padded baseline trains
     on exactly the tokens and targets packed training sees.
     """
-    settings = settings_from_config(config, base_dir, split=split)
+    return samples_of(settings_from_config(config, base_dir, split=split))
+
+
+def samples_of(settings: PackSettings) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`tokenized_samples` from parsed pack settings (the train flow parses its config once)."""
     fmt = detect_format(settings.source)
     sp = spool(settings.source, _tokenizer_for(settings, fmt))
     p = make_plan(sp, settings)

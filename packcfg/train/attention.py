@@ -131,14 +131,14 @@ def gather_context_parallel(x: Tensor, group: dist.ProcessGroup) -> Tensor:
     return _GatherFromContextParallel.apply(x, group)
 
 
-def _expand_groups(x: Tensor, heads: int, head_dim_axis: int) -> Tensor:
+def expand_groups(x: Tensor, heads: int, head_dim_axis: int) -> Tensor:
     """GQA: repeat each key/value group for its query heads (megatron orders heads group-major)."""
     groups = x.shape[head_dim_axis]
     return x if groups == heads else x.repeat_interleave(heads // groups, dim=head_dim_axis)
 
 
 # torch >= 2.5: SDPA repeats key/value groups itself (`enable_gqa`, the same group-major order as
-# `_expand_groups`), so keys and values are never materialised per query head. Used on CPU (measured there:
+# `expand_groups`), so keys and values are never materialised per query head. Used on CPU (measured there:
 # 5-9% faster fwd+bwd than materialising, torch 2.13, 8/2 heads x 64) and for CUDA half precision, where
 # flash attention takes GQA; CUDA fp32's memory-efficient kernel does not, so those calls keep the copies.
 _SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
@@ -205,7 +205,7 @@ class PackedCoreAttention(MegatronModule):
             query, key = self.rope.apply(query, cos, sin), self.rope.apply(key, cos, sin)
         gqa = _native_gqa(query, key, 2)
         if not gqa:
-            key, value = _expand_groups(key, heads, 2), _expand_groups(value, heads, 2)
+            key, value = expand_groups(key, heads, 2), expand_groups(value, heads, 2)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         out = F.scaled_dot_product_attention(
             q, k, v, is_causal=True, dropout_p=self._dropout_p(), scale=self.softmax_scale, **_gqa_kwargs(gqa)
@@ -223,7 +223,7 @@ class PackedCoreAttention(MegatronModule):
             return self._thd_fused(query, key, value, params)
         gqa = params.kv_gather_index is None and _native_gqa(query, key, 1)
         if not gqa:
-            key, value = _expand_groups(key, heads, 1), _expand_groups(value, heads, 1)
+            key, value = expand_groups(key, heads, 1), expand_groups(value, heads, 1)
         if params.kv_gather_index is not None:
             return self._thd_context_parallel(query, key, value, params)
         assert params.cu_seqlens_list is not None

@@ -15,8 +15,8 @@ runtime width is the sum of (stored length - 1), which is what `packed_sequence_
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -25,46 +25,6 @@ from torch import Tensor
 from packcfg.train.attention import ThdParams, thd_positions
 
 PAD_TOKEN_ID = 0  # padding tokens carry no loss and no real token can attend to them; the id is moot
-
-
-@dataclass(frozen=True)
-class Faults:
-    """Deliberate, named bugs for the equivalence tests' controls. All off in real training.
-
-    Each reproduces a known silent failure of packed training, so a test can show that its comparison
-    catches it: the control runs with one fault on and must then report a mismatch.
-    """
-
-    mask_across_samples: bool = False  # attention sees the whole pack as one sequence
-    no_position_reset: bool = False  # positions count across the pack instead of per sample
-    cp_local_positions: bool = False  # CP: RoPE positions from the rank-local cu_seqlens, not global
-    per_microbatch_loss_mean: bool = False  # loss averaged per micro-batch, not per token of the step
-    cp_wrong_chunks: bool = False  # CP rank r gets chunks 2r, 2r+1 while positions assume r, 2CP-1-r
-    resume_data_from_start: bool = False  # resume restores the model but replays data from the start
-    sp_grads_not_reduced: bool = False  # SP norm weights keep their TP-partial grads (no TP all-reduce)
-    grad_norm_not_summed_over_tp: bool = False  # clipping norm from this rank's TP shards only
-    resume_without_optimizer: bool = False  # torch_dist resume leaves the AdamW moments unrestored
-    pp_stage_drops_thd: bool = False  # PP: stages after the first get no THD metadata (pack = one sequence)
-    pp_embedding_grads_not_reduced: bool = False  # PP: tied embedding grad not summed over first/last stage
-    dpo_ref_wrong_segment: bool = False  # DPO: each sample's reference log-prob read from the next segment
-    # VLM: the cu_seqlens boundary before each sample falls after the sample's first image instead of
-    # before the sample, so that image's tokens (and the prompt before it) attend to the previous sample
-    image_tokens_across_samples: bool = False
-
-    @classmethod
-    def from_names(cls, names: Iterable[str]) -> Faults:
-        known = {f.name for f in fields(cls)}
-        chosen = {n.strip() for n in names if n.strip()}
-        unknown = chosen - known
-        if unknown:
-            raise ValueError(f"unknown fault(s) {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**{n: True for n in chosen})
-
-    def names(self) -> list[str]:
-        return [f.name for f in fields(self) if getattr(self, f.name)]
-
-
-NO_FAULTS = Faults()
 
 
 @dataclass(frozen=True)
@@ -136,7 +96,7 @@ def length_grouped(
     return [groups[i] for i in rng.permutation(len(groups))]
 
 
-def pack_thd(samples: Sequence[Sample], pad_to: int | None = None, faults: Faults = NO_FAULTS) -> MicroBatch:
+def pack_thd(samples: Sequence[Sample], pad_to: int | None = None) -> MicroBatch:
     """Concatenate samples into one THD row; with `pad_to`, fill up to that width with a padding
     segment that is its own sequence (no loss, attends only to itself)."""
     parts = [_sample_arrays(s) for s in samples if s.runtime_length]
@@ -159,34 +119,33 @@ def pack_thd(samples: Sequence[Sample], pad_to: int | None = None, faults: Fault
     labels = torch.from_numpy(np.concatenate([p[1] for p in parts]))
     mask = torch.from_numpy(np.concatenate([p[2] for p in parts]))
     cu = [0, *np.cumsum(lengths).tolist()]
-    return _thd_batch(tokens, labels, mask, cu, real_tokens=real, faults=faults, padding_segment=padded)
+    return thd_batch(tokens, labels, mask, cu, real_tokens=real, padding_segment=padded)
 
 
-def _thd_batch(
+def thd_batch(
     tokens: Tensor,
     labels: Tensor,
     mask: Tensor,
     cu: list[int],
     real_tokens: int,
-    faults: Faults,
     padding_segment: bool = False,
 ) -> MicroBatch:
+    """One THD row from its flat tensors and segment bounds `cu` (positions restart at each bound); with
+    `padding_segment`, the last segment is the pack's padding."""
     total = int(tokens.numel())
-    cu_seqlens = torch.tensor(cu, dtype=torch.int32)
-    positions = torch.arange(total) if faults.no_position_reset else thd_positions(cu_seqlens, total)
-    attn_cu = [0, total] if faults.mask_across_samples else cu
-    attn_cu_t = torch.tensor(attn_cu, dtype=torch.int32)
-    max_len = max(b - a for a, b in zip(attn_cu[:-1], attn_cu[1:], strict=True))
+    cu_t = torch.tensor(cu, dtype=torch.int32)
+    positions = thd_positions(cu_t, total)
+    max_len = max(b - a for a, b in zip(cu[:-1], cu[1:], strict=True))
     params = ThdParams(
         qkv_format="thd",
-        cu_seqlens_q=attn_cu_t,
-        cu_seqlens_kv=attn_cu_t,
+        cu_seqlens_q=cu_t,
+        cu_seqlens_kv=cu_t,
         max_seqlen_q=max_len,
         max_seqlen_kv=max_len,
         position_ids=positions,
-        cu_seqlens_list=attn_cu,
-        cu_seqlens_kv_list=attn_cu,
-        padding_segment=padding_segment and not faults.mask_across_samples,
+        cu_seqlens_list=cu,
+        cu_seqlens_kv_list=cu,
+        padding_segment=padding_segment,
     )
     return MicroBatch(
         tokens=tokens.unsqueeze(0),
@@ -290,9 +249,7 @@ def pad_for_sequence_parallel(batch: MicroBatch, tp: int, cp: int = 1) -> MicroB
     )
 
 
-def split_for_context_parallel(
-    batch: MicroBatch, cp_size: int, cp_rank: int, cp_group: object, faults: Faults = NO_FAULTS
-) -> MicroBatch:
+def split_for_context_parallel(batch: MicroBatch, cp_size: int, cp_rank: int, cp_group: object) -> MicroBatch:
     """This rank's share of a THD micro-batch under the load-balanced split (see module docstring).
 
     Each segment is first padded to a multiple of 2*CP (alignment padding: no loss, placed after the
@@ -348,9 +305,6 @@ def split_for_context_parallel(
         return rank, chunks - 1 - rank
 
     mine = global_index(cp_rank, balanced(cp_rank))
-    # The data a rank holds; the fault hands out contiguous chunks while everything else (positions,
-    # key order) still assumes the balanced split, as happens when data and attention disagree.
-    take = global_index(cp_rank, (2 * cp_rank, 2 * cp_rank + 1)) if faults.cp_wrong_chunks else mine
     # Gathered keys arrive rank by rank in each rank's local order; this index puts them back in
     # global padded order with one gather.
     kv_gather_index = torch.empty(padded_cu[-1], dtype=torch.int64)
@@ -362,9 +316,7 @@ def split_for_context_parallel(
         torch.tensor(local_cu[1:]) - torch.tensor(local_cu[:-1])
     )
     local_cu_t = torch.tensor(local_cu, dtype=torch.int32)
-    positions_mine = (
-        thd_positions(local_cu_t, int(mine.numel())) if faults.cp_local_positions else all_pos[mine]
-    )
+    positions_mine = all_pos[mine]
     padded_cu_t = torch.tensor(padded_cu, dtype=torch.int32)
     thd = replace(  # type: ignore[call-arg]  # (megatron is untyped: its fields are unknown to mypy)
         batch.thd,
@@ -384,11 +336,11 @@ def split_for_context_parallel(
         cu_seqlens_unpadded_list=unpadded_cu,
     )
     return MicroBatch(
-        tokens=all_tok[take].unsqueeze(0),
-        labels=all_lab[take].unsqueeze(0),
-        loss_mask=all_mask[take].unsqueeze(0),
+        tokens=all_tok[mine].unsqueeze(0),
+        labels=all_lab[mine].unsqueeze(0),
+        loss_mask=all_mask[mine].unsqueeze(0),
         position_ids=positions_mine.unsqueeze(0),
         thd=thd,
-        real_tokens=int(all_real[take].sum()),
-        padded_tokens=int(take.numel()),
+        real_tokens=int(all_real[mine].sum()),
+        padded_tokens=int(mine.numel()),
     )

@@ -15,49 +15,24 @@ need more (a pickle carrying code) is refused with a one-line `CheckpointError`.
 from __future__ import annotations
 
 import contextlib
-import pickle
-import random
-import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import torch.distributed as dist
 
 from packcfg.core.atomic import atomic_write_text
+from packcfg.train.checkpoint_files import (
+    Resumed,
+    iteration_dir,
+    load_file,
+    restore_rank_rng,
+    save_rank_rng,
+)
 from packcfg.train.optim import LrSchedule, MasterWeights
-from packcfg.train.parallel import Layout
+from packcfg.train.parallel import Layout, barrier
 from packcfg.train.run_folder import LATEST, CheckpointError, read_latest
-
-
-def load_file(path: Path, source: Any = None, *, record: str | None = None) -> Any:
-    """`torch.load(path, weights_only=True)`, with every failure as one line naming the file.
-
-    `source`: a stream holding one record of `path` (a .distcp tensor record, named by `record`)."""
-    where = f"{path}" if record is None else f"{path} (record {record})"
-    try:
-        return torch.load(path if source is None else source, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        text = str(exc)
-        # torch's message advises retrying with weights_only=False: never repeat that advice to a user
-        unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-        if unsafe:
-            raise CheckpointError(
-                f"{where}: refused: it holds {unsafe.group(1)}, which would run code when loaded; packcfg loads "
-                "checkpoints as plain tensors only"
-            ) from None
-        raise CheckpointError(
-            f"{where}: unreadable checkpoint file (not a torch checkpoint, or corrupt)"
-        ) from None
-    except (EOFError, RuntimeError, OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"{where}: unreadable checkpoint file (truncated or corrupt? {first[:200]})"
-        ) from None
 
 
 @contextlib.contextmanager
@@ -80,59 +55,6 @@ def keep_own_extra_state(saved: dict[str, Any], model: torch.nn.Module) -> dict[
     empty, so nothing is lost by never handing a checkpoint's to the model."""
     own = model.state_dict()
     return {k: (own.get(k) if k.endswith("_extra_state") else v) for k, v in saved.items()}
-
-
-def iteration_dir(root: Path, iteration: int) -> Path:
-    return root / f"iter_{iteration:07d}"
-
-
-def _rng_state() -> dict[str, Any]:
-    """RNG states in types `weights_only` loading accepts (numpy's key array as a tensor)."""
-    kind, key, pos, has_gauss, cached = np.random.get_state()
-    numpy_state = {
-        "kind": str(kind),
-        "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
-        "pos": int(pos),
-        "has_gauss": int(has_gauss),
-        "cached_gaussian": float(cached),
-    }
-    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    n = state["numpy"]
-    np.random.set_state(
-        (n["kind"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
-    )
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
-def save_rank_rng(directory: Path, rank: int) -> None:
-    """This rank's RNG states, one small file per global rank (they differ between ranks, so they are
-    neither one rank's "common" state nor a sharded tensor)."""
-    torch.save(_rng_state(), directory / f"rng_rank{rank:05d}.pt")
-
-
-def restore_rank_rng(directory: Path, rank: int) -> bool:
-    """This rank's RNG states as saved, if the checkpoint has them (False when resuming on a different
-    world size: seeds stay as set at start)."""
-    path = directory / f"rng_rank{rank:05d}.pt"
-    if not path.is_file():
-        return False
-    _set_rng_state(load_file(path))
-    return True
-
-
-def _barrier() -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def save_checkpoint(
@@ -160,7 +82,7 @@ def save_checkpoint(
     if layout.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    _barrier()
+    barrier()
     if layout.dp_rank == 0 and layout.cp_rank == 0:
         torch.save(
             {
@@ -175,7 +97,7 @@ def save_checkpoint(
             tmp / f"model_optim_tp{layout.tp_rank:02d}.pt",
         )
     save_rank_rng(tmp, layout.rank)
-    _barrier()
+    barrier()
     if layout.is_main:
         if final.exists():
             shutil.rmtree(final)
@@ -183,7 +105,7 @@ def save_checkpoint(
         latest = read_latest(root)
         if latest is None or latest <= iteration:  # never move `latest` back to an older iteration
             atomic_write_text(root / LATEST, f"{iteration}\n")
-    _barrier()
+    barrier()
     return final
 
 
@@ -198,12 +120,6 @@ def resolve_checkpoint(path: Path) -> Path | None:
     if path.name.startswith("iter_") and path.is_dir():
         return path
     return None
-
-
-@dataclass(frozen=True)
-class Resumed:
-    iteration: int
-    consumed_units: int
 
 
 def _model_file(directory: Path, layout: Layout) -> dict[str, Any]:
@@ -237,18 +153,13 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     schedule: LrSchedule,
     master: MasterWeights | None = None,
-    *,
-    drop_optimizer: bool = False,
 ) -> Resumed:
     """Restore everything `save_checkpoint` wrote, in either format (told apart by the directory's
-    files); the run continues at the saved iteration. `drop_optimizer`: an equivalence-test control
-    (torch_dist only) that leaves the optimizer moments unrestored."""
+    files); the run continues at the saved iteration."""
     from packcfg.train.dist_checkpoint import is_dist_checkpoint, load_dist_checkpoint
 
     if is_dist_checkpoint(directory):
-        return load_dist_checkpoint(
-            directory, layout, model, optimizer, schedule, master, drop_optimizer=drop_optimizer
-        )
+        return load_dist_checkpoint(directory, layout, model, optimizer, schedule, master)
     state = _model_file(directory, layout)
     with _fits(directory / f"model_optim_tp{layout.tp_rank:02d}.pt"):
         model.load_state_dict(keep_own_extra_state(state["model"], model))

@@ -13,8 +13,6 @@ import numpy as np
 
 from packcfg.core.atomic import atomic_path
 from packcfg.train.batches import (
-    NO_FAULTS,
-    Faults,
     MicroBatch,
     Sample,
     pack_thd,
@@ -160,24 +158,22 @@ class BatchPlan:
             out.append([self.units[self._unit_at(first + k)] for k in range(self.micro_batch_size)])
         return out
 
-    def micro_batches(self, step: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
+    def micro_batches(self, step: int) -> list[MicroBatch]:
         """This rank's micro-batches of step `step` (0-based) of a run at this GBS from the start."""
-        return self.micro_batches_after(step * self.global_batch_size, faults)
+        return self.micro_batches_after(step * self.global_batch_size)
 
-    def micro_batches_after(self, consumed: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
+    def micro_batches_after(self, consumed: int) -> list[MicroBatch]:
         """This rank's micro-batches of the step after `consumed` global units, laid out as
         `data.batching` says."""
-        return [build_micro_batch(u, self.data, faults) for u in self.micro_batch_units_after(consumed)]
+        return [build_micro_batch(u, self.data) for u in self.micro_batch_units_after(consumed)]
 
 
-def build_micro_batch(
-    units: Sequence[list[Sample]], data: DataSettings, faults: Faults = NO_FAULTS
-) -> MicroBatch:
+def build_micro_batch(units: Sequence[list[Sample]], data: DataSettings) -> MicroBatch:
     """Lay out one micro-batch's units as packed THD (offline pack or in-batch) or padded rows."""
     samples = [s for unit in units for s in unit]
     if data.batching == "padded":
         return pad_batch(samples, pad_to=data.seq_length if data.pad_to_max_length else None)
     if data.batching == "packed":
-        return pack_thd(samples, pad_to=data.pack_size if data.pad_to_max_length else None, faults=faults)
+        return pack_thd(samples, pad_to=data.pack_size if data.pad_to_max_length else None)
     width = len(units) * data.seq_length if data.pad_to_max_length else None
-    return pack_thd(samples, pad_to=width, faults=faults)
+    return pack_thd(samples, pad_to=width)

@@ -19,7 +19,7 @@ Nothing read runs code (packcfg.train.dist_reader says how, file by file): `.met
 an allow-list unpickler, before torch or megatron sees the folder, and that checked object is the one
 megatron's load uses (`checked_load_strategy`); tensor records are read weights-only; no pickled object
 record (ShardedObject, e.g. a layer's `_extra_state`) is loaded; common.pt is read by
-`checkpoint.load_file` (`torch.load(weights_only=True)`) through `SafeCommonLoad`.
+`checkpoint_files.load_file` (`torch.load(weights_only=True)`) through `SafeCommonLoad`.
 """
 
 from __future__ import annotations
@@ -32,19 +32,18 @@ from typing import Any
 import torch
 
 from packcfg.core.atomic import atomic_write_text
-from packcfg.train.checkpoint import (
+from packcfg.train.checkpoint_files import (
     Resumed,
-    _barrier,
-    _set_rng_state,
     iteration_dir,
     load_file,
     restore_rank_rng,
     save_rank_rng,
+    set_rng_state,
 )
 from packcfg.train.dist_reader import checked_load_strategy, read_metadata, tensors_only
 from packcfg.train.mcore_compat import cpu_checkpointing
 from packcfg.train.optim import LrSchedule, MasterWeights
-from packcfg.train.parallel import Layout
+from packcfg.train.parallel import Layout, barrier
 from packcfg.train.run_folder import LATEST, CheckpointError, read_latest
 
 # The ModelSettings fields that decide tensor shapes, checked by name before any tensor is read.
@@ -173,7 +172,7 @@ def save_dist_checkpoint(
     if layout.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    _barrier()
+    barrier()
     state = _sharded(model, optimizer, master, with_optimizer=True)
     names = [n for n, _ in _named(model)]
     opt_params = master.master_params if master is not None else [p for _, p in _named(model)]
@@ -190,7 +189,7 @@ def save_dist_checkpoint(
     save_rank_rng(tmp, layout.rank)
     with cpu_checkpointing():
         dist_checkpointing.save(state, str(tmp), sharded_strategy=_sync_save_strategy())
-    _barrier()
+    barrier()
     if layout.is_main:
         if final.exists():
             shutil.rmtree(final)
@@ -198,7 +197,7 @@ def save_dist_checkpoint(
         latest = read_latest(root)
         if latest is None or latest <= iteration:
             atomic_write_text(root / LATEST, f"{iteration}\n")
-    _barrier()
+    barrier()
     return final
 
 
@@ -270,11 +269,8 @@ def load_dist_checkpoint(
     optimizer: torch.optim.Optimizer,
     schedule: LrSchedule,
     master: MasterWeights | None = None,
-    *,
-    drop_optimizer: bool = False,
 ) -> Resumed:
-    """Restore everything `save_dist_checkpoint` wrote, resharded to this run's TP size.
-    `drop_optimizer` (equivalence-test control only) skips the optimizer moments."""
+    """Restore everything `save_dist_checkpoint` wrote, resharded to this run's TP size."""
     common, metadata = _check(directory, model)
     if common.get("packcfg_format") != "torch_dist":
         raise CheckpointError(
@@ -287,14 +283,11 @@ def load_dist_checkpoint(
     model.load_state_dict(loaded["model"], strict=False)
     names = [n for n, _ in _named(model)]
     opt_params = master.master_params if master is not None else [p for _, p in _named(model)]
-    if not drop_optimizer:
-        for name, p in zip(names, opt_params, strict=True):
-            slot = optimizer.state[p]
-            for moment in ("exp_avg", "exp_avg_sq"):
-                slot[moment].copy_(loaded["optimizer"][moment][name])
-            slot["step"] = torch.tensor(float(common["adam_step"][name]))
-    else:
-        optimizer.state.clear()
+    for name, p in zip(names, opt_params, strict=True):
+        slot = optimizer.state[p]
+        for moment in ("exp_avg", "exp_avg_sq"):
+            slot[moment].copy_(loaded["optimizer"][moment][name])
+        slot["step"] = torch.tensor(float(common["adam_step"][name]))
     if master is not None:
         if "master" not in loaded:
             raise CheckpointError(
@@ -306,7 +299,7 @@ def load_dist_checkpoint(
         master.master_to_model()
     schedule.load_state_dict(common["schedule"])
     if not restore_rank_rng(directory, layout.rank) and "rng" in common:
-        _set_rng_state(common["rng"])  # saved before per-rank RNG files: rank 0's states
+        set_rng_state(common["rng"])  # saved before per-rank RNG files: rank 0's states
     return Resumed(int(common["iteration"]), int(common["consumed_units"]))
 
 

@@ -198,7 +198,7 @@ class CheckedReader(FileSystemReader):
         from torch.distributed.checkpoint.planner import LoadItemType
         from torch.futures import Future
 
-        from packcfg.train.checkpoint import load_file
+        from packcfg.train.checkpoint_files import load_file
 
         per_file: dict[str, list[Any]] = {}
         for item in plan.items:

@@ -28,61 +28,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch, Sample, pack_thd, pad_batch
-from packcfg.train.metrics import StepMetrics
-from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
-from packcfg.train.preflight import dpo_refusals
-from packcfg.train.step import (
+from packcfg.train.batches import MicroBatch, Sample, pack_thd, pad_batch
+from packcfg.train.forward import (
     StepTokens,
-    _sequence_parallel_ready,
     count_tokens,
     model_device,
     per_token_losses,
+    sequence_parallel_ready,
     to_device,
 )
-
-LOSS_TYPES = ("dpo", "ipo")
-BETA_KEYS = ("ref_policy_kl_penalty", "reference_policy_kl_penalty", "beta")
-
-
-@dataclass(frozen=True)
-class DpoSettings:
-    """`dpo:` section: beta (`ref_policy_kl_penalty`), label smoothing, loss type."""
-
-    beta: float = 0.1
-    label_smoothing: float = 0.0
-    loss_type: str = "dpo"
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> DpoSettings:
-        """The `dpo:` section. Beta under NeMo Aligner's `ref_policy_kl_penalty`, NeMo RL's
-        `reference_policy_kl_penalty` or `beta`; the loss under Aligner's `preference_loss`."""
-        d = config.get("dpo") or {}
-        if not isinstance(d, dict):
-            raise ValueError(f"dpo: expected a mapping, got {type(d).__name__}")
-        beta = next((d[k] for k in BETA_KEYS if d.get(k) is not None), cls.beta)
-        try:
-            return cls(
-                beta=float(beta),
-                label_smoothing=float(d.get("label_smoothing", 0.0)),
-                loss_type=str(d.get("preference_loss", "dpo")),
-            )
-        except (TypeError, ValueError) as exc:
-            raise ValueError(str(exc) if str(exc).startswith("dpo.") else f"dpo: {exc}") from None
-
-    def __post_init__(self) -> None:
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"dpo.preference_loss: {self.loss_type!r} is not one of {list(LOSS_TYPES)}")
-        if not self.beta > 0:
-            raise ValueError(f"dpo.ref_policy_kl_penalty: {self.beta} must be > 0")
-        if not 0 <= self.label_smoothing < 0.5:
-            raise ValueError(f"dpo.label_smoothing: {self.label_smoothing} must be in [0, 0.5)")
+from packcfg.train.metrics import StepMetrics
+from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
+from packcfg.train.preflight import dpo_refusals
+from packcfg.train.settings import DpoSettings
 
 
 @dataclass(frozen=True)
@@ -113,9 +76,9 @@ class DpoStep:
         }
 
 
-def pack_pairs(pairs: Sequence[Pair], pad_to: int | None = None, faults: Faults = NO_FAULTS) -> MicroBatch:
+def pack_pairs(pairs: Sequence[Pair], pad_to: int | None = None) -> MicroBatch:
     """Whole pairs in one THD row: chosen, rejected, chosen, rejected, ... then padding."""
-    return pack_thd([s for p in pairs for s in (p.chosen, p.rejected)], pad_to=pad_to, faults=faults)
+    return pack_thd([s for p in pairs for s in (p.chosen, p.rejected)], pad_to=pad_to)
 
 
 def unpacked_pairs(pairs: Sequence[Pair]) -> MicroBatch:
@@ -172,7 +135,7 @@ def reference_logps(
     out = []
     device = model_device(reference)
     for mb in micro_batches:
-        mb = to_device(_sequence_parallel_ready(reference, mb), device)
+        mb = to_device(sequence_parallel_ready(reference, mb), device)
         out.append(
             sequence_logps(per_token_losses(reference, mb, use_te=use_te), mb, 2 * _pairs_in(mb)).cpu()
         )
@@ -185,13 +148,12 @@ def dpo_forward_backward(
     ref_logps: Sequence[Tensor],
     settings: DpoSettings,
     *,
-    faults: Faults = NO_FAULTS,
     device: torch.device | None = None,
     use_te: bool = False,
 ) -> DpoStep:
     """Accumulate gradients of the global DPO loss (mean over the global batch's pairs) over this
     rank's micro-batches, reduce them as `step.forward_backward` does, and return loss and metrics."""
-    micro_batches = [_sequence_parallel_ready(model, mb) for mb in micro_batches]
+    micro_batches = [sequence_parallel_ready(model, mb) for mb in micro_batches]
     counts = [_pairs_in(mb) for mb in micro_batches]
     (total,) = all_reduce_sum([sum(counts)], data_context_group())
     denominator = max(int(total), 1)
@@ -204,8 +166,6 @@ def dpo_forward_backward(
         mb = to_device(mb, device)
         policy = sequence_logps(per_token_losses(model, mb, use_te=use_te), mb, 2 * pairs)
         ref = ref.to(policy.device)
-        if faults.dpo_ref_wrong_segment:  # the control: each sample scored against its neighbour's reference
-            ref = ref.roll(1)
         loss, chosen, rejected = pair_losses(policy, ref, settings)
         (loss.sum() / denominator).backward()
         for p in main:  # bf16 with fp32 main grads: as in step.forward_backward
@@ -241,15 +201,15 @@ class DpoStepMetrics(StepMetrics):
     rejected_reward: float = 0.0
 
 
-def dpo_setup(config: dict[str, Any], batching: str, cp: int) -> DpoSettings | None:
-    """The run's DPO settings when `recipe.mode` is dpo (None otherwise); raises ValueError (one line)
-    for a layout DPO cannot train."""
-    if (config.get("recipe") or {}).get("mode") != "dpo":
+def dpo_setup(settings: DpoSettings | None, batching: str, cp: int) -> DpoSettings | None:
+    """The run's DPO settings (None unless `recipe.mode` is dpo); raises ValueError (one line) for a
+    layout DPO cannot train."""
+    if settings is None:
         return None
     problems = dpo_refusals(cp, batching)
     if problems:
         raise ValueError("; ".join(problems))
-    return DpoSettings.from_config(config)
+    return settings
 
 
 def frozen_reference(build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
@@ -268,7 +228,6 @@ def dpo_step_on(
     reference: torch.nn.Module | None,
     micro_batches: Sequence[MicroBatch],
     settings: DpoSettings,
-    faults: Faults,
     device: torch.device | None,
     use_te: bool = False,
 ) -> tuple[float, StepTokens, DpoStep]:
@@ -276,7 +235,5 @@ def dpo_step_on(
     assert reference is not None
     tokens = count_tokens(micro_batches)
     refs = reference_logps(reference, micro_batches, use_te=use_te)
-    step = dpo_forward_backward(
-        model, micro_batches, refs, settings, faults=faults, device=device, use_te=use_te
-    )
+    step = dpo_forward_backward(model, micro_batches, refs, settings, device=device, use_te=use_te)
     return step.loss, tokens, step

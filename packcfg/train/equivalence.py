@@ -2,7 +2,7 @@
 
 `compare` is the single judge of "computes the same": loss within an absolute tolerance and every
 parameter's gradient within a relative (norm-wise) tolerance. The tests run each configuration
-against its reference and each control (a `Faults` bug) against the same reference, expecting
+against its reference and each control (a deliberate bug the tests inject, tests/train/faults.py) against the same reference, expecting
 `compare` to find no mismatch and a mismatch respectively.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch
+from packcfg.train.batches import MicroBatch
 from packcfg.train.mcore_compat import parallel_state
 from packcfg.train.parallel import grad_of
 from packcfg.train.step import forward_backward
@@ -89,12 +89,10 @@ def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return _whole_model(model, {name: _full(model, name, p, p.data) for name, p in model.named_parameters()})
 
 
-def loss_and_grads(
-    model: torch.nn.Module, micro_batches: Sequence[MicroBatch], faults: Faults = NO_FAULTS
-) -> LossAndGrads:
+def loss_and_grads(model: torch.nn.Module, micro_batches: Sequence[MicroBatch]) -> LossAndGrads:
     """One step's global per-token loss and the DP/CP-reduced gradients (no optimizer step)."""
     model.zero_grad(set_to_none=False)
-    loss, _ = forward_backward(model, micro_batches, faults=faults)
+    loss, _ = forward_backward(model, micro_batches)
     return LossAndGrads(loss=loss, grads=full_gradients(model))
 
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from packcfg.train.settings import LoggerSettings, TrainSettings
 
@@ -124,9 +124,7 @@ class WandbSink:
     """A W&B run opened as Bridge's GlobalState opens it (training/state.py: dir, name, project, entity,
     the config). `WANDB_MODE` (offline, disabled) is wandb's own setting and is honoured as is."""
 
-    def __init__(
-        self, s: LoggerSettings, folder: Path, config: dict[str, Any], interval: int, batch_size: int
-    ):
+    def __init__(self, s: LoggerSettings, folder: Path, interval: int, batch_size: int):
         import wandb
 
         folder.mkdir(parents=True, exist_ok=True)
@@ -136,7 +134,7 @@ class WandbSink:
                 project=s.wandb_project,
                 entity=s.wandb_entity,
                 name=s.wandb_exp_name,
-                config=redacted(json.loads(json.dumps(config, default=str))),
+                config=s.wandb_config,  # secrets redacted (settings.redacted)
             )
         except Exception as exc:  # noqa: BLE001 - wandb raises its own error types (no key, no network)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -154,21 +152,7 @@ class WandbSink:
         self.run.finish()
 
 
-def redacted(value: Any) -> Any:
-    """The config as W&B stores it (on a third party's servers): values under secret-looking keys
-    (`hf_token`, `wandb_api_key`, ...: packcfg.launch.secrets.looks_secret) replaced by "<redacted>"."""
-    from packcfg.launch.secrets import looks_secret
-
-    if isinstance(value, dict):
-        return {k: "<redacted>" if looks_secret(str(k)) else redacted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redacted(v) for v in value]
-    return value
-
-
-def open_sinks(
-    s: TrainSettings, config: dict[str, Any], is_main: bool, resume_from: int
-) -> list[MetricsSink]:
+def open_sinks(s: TrainSettings, is_main: bool, resume_from: int) -> list[MetricsSink]:
     """The loggers the config names, on rank 0 only (the rank that writes `metrics.jsonl`). A logger whose
     package is missing raises MissingExtra naming the extra, before the first step."""
     from packcfg.core.extras import require
@@ -185,7 +169,7 @@ def open_sinks(
     if lg.wandb_project is not None:
         require("train (logger.wandb_project)", "wandb")
         folder = lg.wandb_save_dir or s.output_dir / "wandb"
-        sinks.append(WandbSink(lg, folder, config, lg.tensorboard_log_interval, s.global_batch_size))
+        sinks.append(WandbSink(lg, folder, lg.tensorboard_log_interval, s.global_batch_size))
     return sinks
 
 

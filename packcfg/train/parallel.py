@@ -118,6 +118,12 @@ def distributed(tp: int = 1, cp: int = 1, pp: int = 1) -> Iterator[Layout]:
             dist.destroy_process_group()
 
 
+def barrier() -> None:
+    """All ranks wait here (a no-op outside a multi-rank run)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 def data_context_group() -> dist.ProcessGroup:
     """Ranks holding the same model shard and different tokens (DP x CP): gradients and token counts
     are summed over it."""

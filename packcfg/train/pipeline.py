@@ -17,7 +17,7 @@ executor runs the same schedule itself, on CPU (gloo) and GPU (NCCL) alike:
   shapes are sent (megatron's `variable_seq_lengths` sends them first) and packs are not padded to the
   pack size (megatron's fixed-shape path): packs keep their own widths at no extra round trip.
 - The loss is the last stage's: per-token cross entropy over the global batch, divided by the global
-  supervised-token count known on every stage before the step (`step.count_tokens`); it is sent from
+  supervised-token count known on every stage before the step (`forward.count_tokens`); it is sent from
   the last stage to all stages after the step.
 
 The stage model is megatron's: `GPTModel(pre_process=first stage, post_process=last stage)` with the
@@ -31,24 +31,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from packcfg.train import mcore_compat
-from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch
-from packcfg.train.mcore_compat import cpu_current_device, parallel_state, quiet_megatron_import
-from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
-from packcfg.train.step import (  # the PP 1 step's own helpers, so both paths lay batches out alike
+from packcfg.train.batches import MicroBatch
+from packcfg.train.forward import (  # the PP 1 step's helpers too, so both paths lay batches out alike
     StepTokens,
-    _sequence_parallel_ready,
     accumulate_main_grads,
     count_tokens,
     per_token_losses,
+    scaled_loss,
+    sequence_parallel_ready,
     to_device,
 )
+from packcfg.train.mcore_compat import cpu_current_device, parallel_state, quiet_megatron_import
+from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
 
 with quiet_megatron_import():
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
@@ -149,16 +149,14 @@ def pipelined_forward_backward(
     model: torch.nn.Module,
     micro_batches: Sequence[MicroBatch],
     *,
-    faults: Faults = NO_FAULTS,
     use_te: bool = False,
     device: torch.device,
 ) -> tuple[float, StepTokens]:
     """`step.forward_backward` for PP > 1: one 1F1B pass over this rank's micro-batches (the same on
     every stage), gradients reduced as megatron's `finalize_model_grads` does, the global loss sent
     from the last stage to every rank."""
-    micro_batches = [to_device(_sequence_parallel_ready(model, mb), device) for mb in micro_batches]
+    micro_batches = [to_device(sequence_parallel_ready(model, mb), device) for mb in micro_batches]
     tokens = count_tokens(micro_batches)
-    denominator = max(tokens.loss_tokens, 1)
     stages = _Stages(model, device)
     main = [p for p in model.parameters() if p.requires_grad and getattr(p, "main_grad", None) is not None]
     for p in main:
@@ -170,19 +168,11 @@ def pipelined_forward_backward(
         nonlocal local_loss
         if not stages.first:
             model.set_input_tensor(received)  # type: ignore[operator]
-        if faults.pp_stage_drops_thd and not stages.first and mb.thd is not None:
-            # The bug this control reproduces: a later stage gets no THD metadata, so it attends over
-            # the whole pack as one (causal) sequence.
-            mb = replace(mb, thd=None)
         with cpu_current_device(active=sequence_parallel):  # SP collectives on CPU (mcore_compat)
             out = per_token_losses(model, mb, use_te=use_te)
         if not stages.last:
             return out
-        loss_sum = (out.float() * mb.loss_mask).sum()
-        if faults.per_microbatch_loss_mean:
-            scaled = loss_sum / max(mb.loss_tokens, 1) / tokens.micro_batches
-        else:
-            scaled = loss_sum / denominator
+        scaled = scaled_loss((out.float() * mb.loss_mask).sum(), mb, tokens)
         local_loss += float(scaled.detach())
         return scaled
 
@@ -233,11 +223,7 @@ def pipelined_forward_backward(
         _post(None, None, grad, stages.next)
         _post(backward(oldest_in, oldest_out, grad), stages.prev, None, None)
 
-    finalize_model_grads(
-        model,
-        reduce_tp_partial=not faults.sp_grads_not_reduced,
-        reduce_embedding=not faults.pp_embedding_grads_not_reduced,
-    )
+    finalize_model_grads(model)
     (loss,) = all_reduce_sum([local_loss], data_context_group())
     (loss,) = all_reduce_sum([loss], parallel_state.get_pipeline_model_parallel_group())  # last stage's
     return loss, tokens

@@ -1,16 +1,25 @@
-"""The slice of an experiment config the executor reads, as typed values with Bridge's defaults.
+"""Every setting the executor reads from an experiment config, as typed values with Bridge's defaults.
 
-The lint flow validates configs; this module only reads them (raising `ValueError` with the key for
-a value the executor cannot use), so the training loop never digs through nested dicts.
+The train flow parses the config once, at its entry (`loop.train`: `TrainSettings.from_config`); below it
+only these settings travel: the model's shape (filled from a Hugging Face folder when the run starts from
+one), the data layout and where the data comes from, the optimizer, the loggers (with the config copy W&B
+stores), DPO and the vision tower. The lint flow validates configs; this module only reads them (raising
+`ValueError` with the key for a value the executor cannot use), so no module below the entry digs
+through nested dicts.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from packcfg.core.secret_names import looks_secret
 from packcfg.resources import resolve_path
+
+if TYPE_CHECKING:
+    from packcfg.packing.api import PackSettings
 
 Batching = Literal["packed", "in_batch", "padded"]
 
@@ -96,12 +105,16 @@ class ModelSettings:
     seq_len_interpolation_factor: float | None = None
     # Bridge's model.attention_backend (megatron-core AttnBackend name); packcfg.train.varlen maps it.
     attention_backend: str = "auto"
+    # The Hugging Face folder the run starts from (model.hf_path, or a checkpoint.pretrained_checkpoint
+    # holding a config.json; packcfg.train.hf): its config.json filled the shape above, its weights load.
+    hf_dir: Path | None = None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ModelSettings:
-        from packcfg.train.hf.config import model_section  # the shape from a Hugging Face folder, if any
+        from packcfg.train.hf.config import hf_source, merge_hf_shape  # the shape from an HF folder, if any
 
-        m = model_section(config)
+        hf_dir = hf_source(config)
+        m = merge_hf_shape(config.get("model") or {}, hf_dir)
         heads = int(m.get("num_attention_heads", 0))
         hidden = int(m.get("hidden_size", 0))
         if not heads or not hidden or not m.get("num_layers"):
@@ -139,6 +152,7 @@ class ModelSettings:
                 float(m["seq_len_interpolation_factor"]) if m.get("seq_len_interpolation_factor") else None
             ),
             attention_backend=_attention_backend(m.get("attention_backend")),
+            hf_dir=hf_dir,
         )
 
 
@@ -189,6 +203,7 @@ class VisionSettings:
     max_packed_tokens: int  # runtime tokens per pack (the THD row)
     num_images_expected: int  # image tiles per pack
     max_buffer_size: int  # open packs the greedy buffer keeps
+    dataset_root: Path | None = None  # dataset.dataset_root: the folder with train.npz (checked on load)
 
     @property
     def tokens_per_tile(self) -> int:
@@ -232,6 +247,7 @@ class VisionSettings:
             max_packed_tokens=int(d.get("max_packed_tokens") or seq),
             num_images_expected=int(d.get("num_images_expected") or 6),
             max_buffer_size=int(d.get("max_buffer_size") or 64),
+            dataset_root=resolve_path(str(root)) if (root := d.get("dataset_root")) else None,
         )
 
 
@@ -265,6 +281,55 @@ class OptimSettings:
         )
 
 
+LOSS_TYPES = ("dpo", "ipo")
+BETA_KEYS = ("ref_policy_kl_penalty", "reference_policy_kl_penalty", "beta")
+
+
+@dataclass(frozen=True)
+class DpoSettings:
+    """`dpo:` section (recipe.mode dpo, packcfg.train.dpo): beta (`ref_policy_kl_penalty`), label
+    smoothing, loss type."""
+
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    loss_type: str = "dpo"
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> DpoSettings:
+        """The `dpo:` section. Beta under NeMo Aligner's `ref_policy_kl_penalty`, NeMo RL's
+        `reference_policy_kl_penalty` or `beta`; the loss under Aligner's `preference_loss`."""
+        d = config.get("dpo") or {}
+        if not isinstance(d, dict):
+            raise ValueError(f"dpo: expected a mapping, got {type(d).__name__}")
+        beta = next((d[k] for k in BETA_KEYS if d.get(k) is not None), cls.beta)
+        try:
+            return cls(
+                beta=float(beta),
+                label_smoothing=float(d.get("label_smoothing", 0.0)),
+                loss_type=str(d.get("preference_loss", "dpo")),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc) if str(exc).startswith("dpo.") else f"dpo: {exc}") from None
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"dpo.preference_loss: {self.loss_type!r} is not one of {list(LOSS_TYPES)}")
+        if not self.beta > 0:
+            raise ValueError(f"dpo.ref_policy_kl_penalty: {self.beta} must be > 0")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"dpo.label_smoothing: {self.label_smoothing} must be in [0, 0.5)")
+
+
+def redacted(value: Any) -> Any:
+    """The config as W&B stores it (on a third party's servers): values under secret-looking keys
+    (`hf_token`, `wandb_api_key`, ...: packcfg.core.secret_names.looks_secret) replaced by "<redacted>"."""
+    if isinstance(value, dict):
+        return {k: "<redacted>" if looks_secret(str(k)) else redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class LoggerSettings:
     """Where metrics go beside `metrics.jsonl`: Bridge's `LoggerConfig` fields (megatron-bridge v0.3.1
@@ -276,6 +341,8 @@ class LoggerSettings:
     wandb_entity: str | None = None
     wandb_exp_name: str | None = None
     wandb_save_dir: Path | None = None
+    # The run's config as the W&B run records it (JSON values, secrets redacted); None without W&B.
+    wandb_config: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> LoggerSettings:
@@ -290,10 +357,11 @@ class LoggerSettings:
         if interval <= 0:
             raise ValueError(f"logger.tensorboard_log_interval must be a positive integer, got {interval}")
         wandb_dir = text("wandb_save_dir")
+        project = text("wandb_project")
         return cls(
             tensorboard_dir=resolve_path(tb) if (tb := text("tensorboard_dir")) else None,
             tensorboard_log_interval=interval,
-            wandb_project=text("wandb_project"),
+            wandb_project=project,
             wandb_entity=text("wandb_entity"),
             wandb_exp_name=text("wandb_exp_name") or str(_section(config, "recipe").get("name") or "run"),
             # Bridge's default: <checkpoint.save>/wandb (state.py wandb_logger); without a save folder,
@@ -301,6 +369,7 @@ class LoggerSettings:
             wandb_save_dir=(
                 resolve_path(wandb_dir) if wandb_dir else resolve_path(str(save)) / "wandb" if save else None
             ),
+            wandb_config=redacted(json.loads(json.dumps(config, default=str))) if project else None,
         )
 
 
@@ -325,7 +394,12 @@ class TrainSettings:
     grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32: bf16 grads accumulated/reduced in fp32
     logger: LoggerSettings = LoggerSettings()
     ckpt_format: str = "torch_dist"  # checkpoint.ckpt_format, Bridge's default
+    mode: str | None = None  # recipe.mode as written (None: unset)
     vision: VisionSettings | None = None  # recipe.mode vlm_sft only
+    dpo: DpoSettings | None = None  # recipe.mode dpo only
+    # Where the text data comes from and how it is packed (packing's own settings, `packcfg.packing`);
+    # read only when asked (`data_source`): a caller that hands in its own units needs no dataset section.
+    pack: PackSettings | None = None
 
     @classmethod
     def from_config(
@@ -334,9 +408,18 @@ class TrainSettings:
         *,
         batching: Batching | None = None,
         output_dir: str | Path | None = None,
+        data_source: bool = False,
     ) -> TrainSettings:
+        """With `data_source`, also where the training data comes from (`pack`, or the VLM dataset root);
+        raises PackingError (one line) for a dataset section packing cannot read."""
         t, ck = _section(config, "train"), _section(config, "checkpoint")
         name = str(_section(config, "recipe").get("name") or "run")
+        mode = _section(config, "recipe").get("mode")
+        pack = None
+        if data_source and mode != "vlm_sft":
+            from packcfg.packing.api import settings_from_config  # numpy: only when the data is read
+
+            pack = settings_from_config(config)
         train_iters = int(t.get("train_iters", 0))
         if train_iters <= 0:
             raise ValueError("train.train_iters must be a positive integer")
@@ -362,9 +445,8 @@ class TrainSettings:
             output_dir=Path(output_dir) if output_dir else Path("runs") / name,
             grad_reduce_in_fp32=_truthy(_section(config, "ddp").get("grad_reduce_in_fp32", False)),
             logger=LoggerSettings.from_config(config),
-            vision=(
-                VisionSettings.from_config(config)
-                if _section(config, "recipe").get("mode") == "vlm_sft"
-                else None
-            ),
+            mode=mode,
+            vision=VisionSettings.from_config(config) if mode == "vlm_sft" else None,
+            dpo=DpoSettings.from_config(config) if mode == "dpo" else None,
+            pack=pack,
         )

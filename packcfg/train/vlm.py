@@ -39,8 +39,8 @@ from torch import Tensor
 
 from packcfg.packing.planner import GreedyBufferPacker
 from packcfg.train import mcore_compat
-from packcfg.train.attention import _expand_groups
-from packcfg.train.batches import NO_FAULTS, Faults, MicroBatch, Sample, _thd_batch, pack_thd
+from packcfg.train.attention import expand_groups
+from packcfg.train.batches import MicroBatch, Sample, pack_thd
 from packcfg.train.data import BatchPlan, SampleUnits
 from packcfg.train.mcore_compat import ModuleSpec, quiet_megatron_import
 from packcfg.train.model import build_model, transformer_config
@@ -254,19 +254,11 @@ def greedy_buffer_packs(samples: Sequence[VlmSample], vision: VisionSettings) ->
     return [[pieces[i] for i in sorted(g)] for g in groups]
 
 
-def pack_vlm(samples: Sequence[VlmSample], vision: VisionSettings, faults: Faults = NO_FAULTS) -> MicroBatch:
+def pack_vlm(samples: Sequence[VlmSample], vision: VisionSettings) -> MicroBatch:
     """One THD row of VLM samples: the text layout of `pack_thd`, the samples' tiles in order, the
     positions their embeddings fill, and no loss where the target is an image token."""
     samples = [s for s in samples if s.runtime_length]
-    mb = pack_thd(samples, faults=faults)
-    if faults.image_tokens_across_samples:
-        cu, shifted = mb.thd.cu_seqlens_list, [0]  # type: ignore[union-attr]
-        assert cu is not None
-        for s, a in zip(samples[1:], cu[1:-1], strict=True):
-            spans = image_spans(s, vision)
-            shifted.append(a + spans[0][1] if spans else a)
-        shifted.append(cu[-1])
-        mb = _thd_batch(mb.tokens[0], mb.labels[0], mb.loss_mask[0], shifted, mb.real_tokens, faults)
+    mb = pack_thd(samples)
     image_ids = torch.tensor([vision.image_token_id, vision.image_start_token_id, vision.image_end_token_id])
     mask = mb.loss_mask * ~torch.isin(mb.labels, image_ids)
     index = torch.nonzero(mb.tokens[0] == vision.image_token_id).flatten()
@@ -294,22 +286,19 @@ class VlmBatchPlan(BatchPlan):
             )
         self.vision = vision
 
-    def micro_batches_after(self, consumed: int, faults: Faults = NO_FAULTS) -> list[MicroBatch]:
+    def micro_batches_after(self, consumed: int) -> list[MicroBatch]:
         out = []
         for units in self.micro_batch_units_after(consumed):
             samples = [s for unit in units for s in unit]
-            out += [pack_vlm(p, self.vision, faults) for p in greedy_buffer_packs(samples, self.vision)]  # type: ignore[arg-type]
+            out += [pack_vlm(p, self.vision) for p in greedy_buffer_packs(samples, self.vision)]  # type: ignore[arg-type]
         return out
 
 
-def load_vlm_units(config: dict[str, Any], vision: VisionSettings) -> SampleUnits:
-    """The config's image-text samples (`dataset.dataset_root`), one per unit."""
-    from packcfg.resources import resolve_path
-
-    root = (config.get("dataset") or {}).get("dataset_root")
-    if not root:
+def load_vlm_units(vision: VisionSettings) -> SampleUnits:
+    """The run's image-text samples (`dataset.dataset_root`), one per unit."""
+    if vision.dataset_root is None:
         raise ValueError("dataset.dataset_root: required for recipe.mode vlm_sft (a folder with train.npz)")
-    samples = load_vlm_samples(resolve_path(str(root)), vision)
+    samples = load_vlm_samples(vision.dataset_root, vision)
     check_images_fit(samples, vision)
     return SampleUnits(samples)
 
@@ -360,8 +349,8 @@ class BidirectionalCoreAttention(MegatronModule):
     ) -> Tensor:
         s, b, heads, _ = query.shape
         q = query.permute(1, 2, 0, 3)
-        k = _expand_groups(key, heads, 2).permute(1, 2, 0, 3)
-        v = _expand_groups(value, heads, 2).permute(1, 2, 0, 3)
+        k = expand_groups(key, heads, 2).permute(1, 2, 0, 3)
+        v = expand_groups(value, heads, 2).permute(1, 2, 0, 3)
         out = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, scale=self.softmax_scale
         )

@@ -163,7 +163,7 @@ def test_packing_numbers_match_the_packed_file(demo_run: dict[str, Any], summary
 
 
 def test_lint_numbers(demo_run: dict[str, Any], summary: dict[str, Any]) -> None:
-    from packcfg.lint.registry import all_rules
+    from packcfg.lint.rules import all_rules
 
     lint = summary["lint"]
     diagnostics = json.loads((demo_run["out"] / lint["file"]).read_text())

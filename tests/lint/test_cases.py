@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from packcfg.cli import main
-from packcfg.lint.registry import all_rules
+from packcfg.lint.rules import all_rules
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 CASE_FILES = sorted(CASES.glob("*.yaml"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packcfg.lint.commands.rules import markdown
-from packcfg.lint.registry import all_rules
+from packcfg.lint.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT_MD = ROOT / "docs" / "lint.md"

@@ -10,7 +10,7 @@ import pytest
 from packcfg.core.diagnostics import Severity
 from packcfg.lint.commands.explain import render as explain
 from packcfg.lint.engine import lint_text
-from packcfg.lint.registry import all_rules
+from packcfg.lint.rules import all_rules
 from packcfg.lint.rules._examples import BASE, after, edit
 from packcfg.lint.rules.cp import CP2
 from packcfg.lint.rules.pk import ENERGON

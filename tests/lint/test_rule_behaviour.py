@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from packcfg.lint.engine import lint_text
-from packcfg.lint.registry import all_rules
+from packcfg.lint.rules import all_rules
 from packcfg.lint.rules._examples import BASE, after, edit
 from packcfg.lint.rules.cp import CP2
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from packcfg.lint.engine import lint_text
-from packcfg.lint.registry import all_rules
+from packcfg.lint.rules import all_rules
 
 RULES = all_rules()
 # Rules that read something besides the YAML text; the examples run with it.

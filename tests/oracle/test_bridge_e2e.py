@@ -211,16 +211,17 @@ def _differences(
     """Where Bridge's batch rows differ from packcfg's packs at `indices` (empty: identical)."""
     import torch
 
-    from packcfg.train.batches import NO_FAULTS
     from packcfg.train.data import PackedParquet, build_micro_batch
     from packcfg.train.settings import DataSettings
+    from tests.train.faults import NO_FAULTS, injected
 
     data = DataSettings(batching="packed", seq_length=size, pack_size=size, pad_to_max_length=True, seed=0)
     units = PackedParquet(parquet)
     out: list[str] = []
     assert len(indices) == batch["tokens"].shape[0]
     for row, index in enumerate(indices):
-        p = build_micro_batch([units[index]], data, faults or NO_FAULTS)
+        with injected(faults or NO_FAULTS):
+            p = build_micro_batch([units[index]], data)
         real = p.real_tokens
         logical_ok = True
         if "cu_seqlens" in batch:  # 0.3.1: -1 after cu_seqlens_argmin
@@ -323,7 +324,7 @@ def test_bundle_runs_bridge_to_its_first_packed_batch(
 
 def test_comparison_catches_a_packing_bug(run_case) -> None:
     """The control: packcfg's own reading with a known packing bug must disagree with Bridge's batch."""
-    from packcfg.train.batches import Faults
+    from tests.train.faults import Faults
 
     bundle, got, _, _ = run_case(CASES[0])
     train = bundle / "runs" / "llama32_1b_sft_bridge" / "packed" / "train.parquet"

@@ -9,7 +9,7 @@ The rows themselves are Bridge's: `packcfg pack --bridge-npy` (`packcfg.packing.
 packcfg's Parquet again as 0.3.1's object-array `.npy`. 0.3.1's own `GPTSFTPackedDataset` and `collate_fn` read it, and every pack must
 give exactly the tokens, labels, loss mask, position ids and cu_seqlens that packcfg's executor builds
 from the Parquet (`PackedParquet` + `build_micro_batch`). The control runs packcfg's side with
-`Faults(mask_across_samples=True)` and `Faults(no_position_reset=True)`, and each must then differ.
+`Faults(mask_across_samples=True)` and `Faults(no_position_reset=True)` (tests/train/faults.py), and each must then differ.
 
 Run in the oracle venv: `.venv-oracle/bin/python -m pytest tests/oracle/test_bridge_packed_data.py`.
 """
@@ -98,13 +98,14 @@ def _bridge_batches(sft, npy: Path, metadata: Path, eos: int) -> list[dict[str, 
 
 
 def _packcfg_batches(parquet: Path, faults=None) -> list:
-    from packcfg.train.batches import NO_FAULTS
     from packcfg.train.data import PackedParquet, build_micro_batch
     from packcfg.train.settings import DataSettings
+    from tests.train.faults import NO_FAULTS, injected
 
     data = DataSettings(batching="packed", seq_length=512, pack_size=512, pad_to_max_length=True, seed=1234)
     units = PackedParquet(parquet)
-    return [build_micro_batch([units[i]], data, faults or NO_FAULTS) for i in range(len(units))]
+    with injected(faults or NO_FAULTS):
+        return [build_micro_batch([units[i]], data) for i in range(len(units))]
 
 
 def _differences(bridge_batches: list, ours: list) -> list[str]:
@@ -136,7 +137,7 @@ def test_031_reads_packcfg_packs_written_as_npy(sft, packed: Path) -> None:
     assert len(ours) > 1 and any(len(p.thd.cu_seqlens_list) > 3 for p in ours)  # several samples per pack
     assert _differences(bridge_batches, ours) == []
     # the control: packcfg's reading with a known packing bug must disagree with Bridge's
-    from packcfg.train.batches import Faults
+    from tests.train.faults import Faults
 
     for fault in (Faults(mask_across_samples=True), Faults(no_position_reset=True)):
         assert _differences(bridge_batches, _packcfg_batches(packed / "train.parquet", fault)), fault

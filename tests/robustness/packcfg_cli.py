@@ -14,22 +14,30 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(
-    args: list[str], cwd: Path, *, timeout: float, unprivileged: bool = False, **kw
+    args: list[str],
+    cwd: Path,
+    *,
+    timeout: float,
+    unprivileged: bool = False,
+    env: dict[str, str] | None = None,
+    **kw,
 ) -> subprocess.CompletedProcess:
-    """`python -m packcfg ARGS` in `cwd`; with `unprivileged`, as root without the capabilities that let root
-    read and write past permission bits (so chmod means what it says)."""
+    """`python -m packcfg ARGS` in `cwd` (`env`: variables added to this process's); with `unprivileged`, as
+    root without the capabilities that let root read and write past permission bits (so chmod means what it
+    says). Output that is not UTF-8 is decoded with replacement characters."""
     prefix: list[str] = []
     if unprivileged and os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("running as root without setpriv: permission bits do not stop root")
         prefix = [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "NO_COLOR": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "NO_COLOR": "1", **(env or {})}
     return subprocess.run(
         [*prefix, sys.executable, "-m", "packcfg", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
+        errors="replace",
         timeout=timeout,
         env=env,
         stdin=subprocess.DEVNULL,

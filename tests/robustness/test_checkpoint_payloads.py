@@ -231,7 +231,7 @@ def _enter(entry: str, saved, ckpt: Path, fmt: str, tmp: Path) -> None:
 
         config = _config(tmp / "fresh", 1, fmt, pretrained_checkpoint=str(ckpt))
         with distributed(tp=1, cp=1) as layout:
-            frozen_reference(lambda: _initial_model(config, TrainSettings.from_config(config), layout))
+            frozen_reference(lambda: _initial_model(TrainSettings.from_config(config), layout))
 
 
 @pytest.mark.parametrize("entry", EVERY)
@@ -454,7 +454,7 @@ def test_hf_folder_pickles_are_never_read(saved, tmp_path):
     config = _hf_config(folder, tmp_path / "ckpt", iters=SAVE_AT)
     _train(config, saved["data"], tmp_path / "out")
     with distributed(tp=1, cp=1) as layout:
-        frozen_reference(lambda: _initial_model(config, TrainSettings.from_config(config), layout))
+        frozen_reference(lambda: _initial_model(TrainSettings.from_config(config), layout))
     args = argparse.Namespace(checkpoint=None, out_dir=str(tmp_path / "export"), dtype="float32", force=False)
     export_from_config(config, args)
     assert not marker.exists()

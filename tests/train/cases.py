@@ -139,12 +139,14 @@ def run_case(case: str, variants: list[str]) -> dict[str, Any]:
 
         return run_vlm_case(case, variants)
 
-    from packcfg.train.batches import Faults, split_for_context_parallel
+    from packcfg.train import batches as thd  # split looked up per call: faults.injected patches it
     from packcfg.train.data import BatchPlan
     from packcfg.train.equivalence import loss_and_grads
     from packcfg.train.model import build_model
     from packcfg.train.parallel import context_group, distributed
     from packcfg.train.settings import TrainSettings
+
+    from .faults import Faults, injected
 
     world = dist.get_world_size() if dist.is_initialized() else 1
     settings = TrainSettings.from_config(case_config(case, world))
@@ -161,14 +163,14 @@ def run_case(case: str, variants: list[str]) -> dict[str, Any]:
             layout.dp_rank,
         )
         for variant in variants:
-            faults = Faults.from_names([] if variant == "none" else [variant])
-            batches = plan.micro_batches(0, faults)
-            if layout.cp > 1:
-                batches = [
-                    split_for_context_parallel(b, layout.cp, layout.cp_rank, context_group(), faults)
-                    for b in batches
-                ]
-            results[variant] = loss_and_grads(model, batches, faults)
+            with injected(Faults.from_names([variant])):
+                batches = plan.micro_batches(0)
+                if layout.cp > 1:
+                    batches = [
+                        thd.split_for_context_parallel(b, layout.cp, layout.cp_rank, context_group())
+                        for b in batches
+                    ]
+                results[variant] = loss_and_grads(model, batches)
     return results
 
 
@@ -259,12 +261,13 @@ def run_dpo_case(variants: list[str], tp_case: bool = False) -> dict[str, Any]:
     another seed, so policy and reference differ."""
     import torch.distributed as dist
 
-    from packcfg.train.batches import Faults
-    from packcfg.train.dpo import DpoSettings, dpo_forward_backward, pack_pairs, reference_logps
+    from packcfg.train.dpo import dpo_forward_backward, pack_pairs, reference_logps
     from packcfg.train.equivalence import LossAndGrads, full_gradients
     from packcfg.train.model import build_model
     from packcfg.train.parallel import distributed
-    from packcfg.train.settings import TrainSettings
+    from packcfg.train.settings import DpoSettings, TrainSettings
+
+    from .faults import Faults, injected
 
     world = dist.get_world_size() if dist.is_initialized() else 1
     tp = world if tp_case else 1
@@ -278,10 +281,10 @@ def run_dpo_case(variants: list[str], tp_case: bool = False) -> dict[str, Any]:
         share = len(packs) // layout.dp
         mine = packs[layout.dp_rank * share : (layout.dp_rank + 1) * share]
         for variant in variants:
-            faults = Faults.from_names([] if variant == "none" else [variant])
-            batches = [pack_pairs(p, pad_to=settings.data.pack_size) for p in mine]
-            refs = reference_logps(reference, batches)
-            model.zero_grad(set_to_none=False)
-            step = dpo_forward_backward(model, batches, refs, DpoSettings(beta=0.5), faults=faults)
+            with injected(Faults.from_names([variant])):
+                batches = [pack_pairs(p, pad_to=settings.data.pack_size) for p in mine]
+                refs = reference_logps(reference, batches)
+                model.zero_grad(set_to_none=False)
+                step = dpo_forward_backward(model, batches, refs, DpoSettings(beta=0.5))
             results[variant] = LossAndGrads(loss=step.loss, grads=full_gradients(model))
     return results

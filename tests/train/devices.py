@@ -23,7 +23,7 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 def on_model_device(model: torch.nn.Module, batch):
     """A `MicroBatch` moved to the model's device (packcfg.train.step.to_device)."""
-    from packcfg.train.step import to_device
+    from packcfg.train.forward import to_device
 
     return to_device(batch, model_device(model))
 

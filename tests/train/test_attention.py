@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from packcfg.train.attention import Rope, RopeSpec, thd_positions
-from packcfg.train.batches import Faults, pack_thd, split_for_context_parallel
+from packcfg.train.batches import pack_thd, split_for_context_parallel
 
 from .cases import synthetic_samples
+from .faults import Faults, injected
 
 
 def test_thd_positions_restart_per_sample():
@@ -45,5 +46,9 @@ def test_context_parallel_split_is_load_balanced():
     assert p1 == [*range(n0, 2 * n0), *range(2 * n0, 3 * n0)]
     assert sum(s.real_tokens for s in shares) == batch.real_tokens
     assert sum(int(s.loss_mask.sum()) for s in shares) == int(batch.loss_mask.sum())
-    wrong = split_for_context_parallel(batch, 2, 0, cp_group=None, faults=Faults(cp_wrong_chunks=True))
+    with injected(Faults(cp_wrong_chunks=True)):
+        wrong = split_for_context_parallel(batch, 2, 0, cp_group=None)
     assert not torch.equal(wrong.tokens, shares[0].tokens)
+    # the control's rank 0 holds chunks 0 and 1 of the first sample: its first 2 * n0 tokens, in order
+    assert wrong.tokens[0, : 2 * n0].tolist() == batch.tokens[0, : 2 * n0].tolist()
+    assert torch.equal(wrong.position_ids, shares[0].position_ids)  # positions still assume chunks 0 and 3

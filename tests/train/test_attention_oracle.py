@@ -23,7 +23,7 @@ import torch
 
 from packcfg.train.attention import PackedCoreAttention, RopeSpec
 from packcfg.train.batches import Sample, pack_thd
-from packcfg.train.step import to_device
+from packcfg.train.forward import to_device
 
 from .cases import one_attention_layer_config
 from .devices import DEVICE, ON_CUDA

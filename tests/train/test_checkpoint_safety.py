@@ -108,17 +108,17 @@ def test_rng_state_round_trips_through_weights_only(tmp_path):
 
     import numpy as np
 
-    from packcfg.train.checkpoint import _rng_state, _set_rng_state
+    from packcfg.train.checkpoint_files import rng_state, set_rng_state
 
     random.seed(3)
     np.random.seed(4)
     torch.manual_seed(5)
-    torch.save(_rng_state(), tmp_path / "rng.pt")
+    torch.save(rng_state(), tmp_path / "rng.pt")
     expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
-    _set_rng_state(load_file(tmp_path / "rng.pt"))
+    set_rng_state(load_file(tmp_path / "rng.pt"))
     assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected
 
 

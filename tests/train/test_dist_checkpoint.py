@@ -20,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from packcfg.train.batches import Faults  # noqa: E402
 from packcfg.train.data import PackedParquet, write_packed_parquet  # noqa: E402
 from packcfg.train.loop import TrainOptions, train  # noqa: E402
 from packcfg.train.run_folder import CheckpointError  # noqa: E402
 from tests.train.cases import greedy_packs, run_torchrun, synthetic_samples, tiny_config  # noqa: E402
+from tests.train.faults import Faults, injected  # noqa: E402
 
 STEPS, SAVE_AT = 6, 3
 TOL = 1e-5
@@ -218,7 +218,8 @@ def test_errors_are_one_line(tmp_path, data):
 def _main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out, faults = Path(sys.argv[2]), Faults.from_names(sys.argv[3:])
-    result = _run(spec["config"], Path(spec["data"]), Path(spec["out"]), resume=True, faults=faults)
+    with injected(faults):
+        result = _run(spec["config"], Path(spec["data"]), Path(spec["out"]), resume=True)
     if os.environ.get("RANK", "0") != "0":
         return
     out.write_text(json.dumps(result.losses))

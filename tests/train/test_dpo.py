@@ -1,7 +1,7 @@
 """DPO on packed pairs computes what DPO on unpacked pairs computes (issue 15, DPO half).
 
 Each comparison goes through `equivalence.compare` (loss within 1e-5, every gradient within 1e-4
-relative, fp32); each has a control with a `Faults` bug that `compare` must catch.
+relative, fp32); each has a control with a bug injected (tests/train/faults.py) that `compare` must catch.
 """
 
 from __future__ import annotations
@@ -9,9 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from packcfg.train.batches import NO_FAULTS, Faults
 from packcfg.train.dpo import (
-    DpoSettings,
     dpo_forward_backward,
     pack_pairs,
     pair_losses,
@@ -19,9 +17,11 @@ from packcfg.train.dpo import (
     unpacked_pairs,
 )
 from packcfg.train.equivalence import LossAndGrads, compare, full_gradients, load_results
+from packcfg.train.settings import DpoSettings
 
 from .cases import pair_packs, run_dpo_case, run_torchrun, synthetic_pairs
 from .devices import skip_unless_one_gpu_per_rank
+from .faults import NO_FAULTS, Faults, injected
 
 PAIRS = synthetic_pairs(8, seed=2)
 
@@ -38,7 +38,8 @@ def reference_model(tiny_world):
 def _run(model, reference, batches, settings: DpoSettings, faults: Faults = NO_FAULTS) -> LossAndGrads:
     refs = reference_logps(reference, batches)
     model.zero_grad(set_to_none=False)
-    step = dpo_forward_backward(model, batches, refs, settings, faults=faults)
+    with injected(faults):
+        step = dpo_forward_backward(model, batches, refs, settings)
     return LossAndGrads(loss=step.loss, grads=full_gradients(model))
 
 

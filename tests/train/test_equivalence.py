@@ -2,7 +2,7 @@
 
 Each test compares a configuration with its reference through `equivalence.compare` (loss within
 1e-5, every gradient within 1e-4 relative) and runs a control: the same configuration with one known
-packing bug injected (`Faults`), for which `compare` must report a mismatch.
+packing bug injected (tests/train/faults.py), for which `compare` must report a mismatch.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from packcfg.train.batches import Faults, pack_thd, pad_batch
+from packcfg.train.batches import pack_thd, pad_batch
 from packcfg.train.data import build_micro_batch
 from packcfg.train.equivalence import compare, load_results, loss_and_grads
 from packcfg.train.settings import Batching, DataSettings
 
 from .cases import PARALLEL_CASES, greedy_packs, run_case, run_torchrun, synthetic_samples
+from .faults import Faults, injected
 
 SAMPLES = synthetic_samples(10, seed=1)
 
@@ -33,7 +34,8 @@ def _packed_vs_one_by_one(model, faults: Faults) -> list[str]:
     packs = greedy_packs(SAMPLES, 64)
     assert any(len(p) > 2 for p in packs), "packs must hold several samples to test anything"
     one_by_one = loss_and_grads(model, [pad_batch([s]) for s in SAMPLES])
-    packed = loss_and_grads(model, [pack_thd(p, faults=faults) for p in packs], faults)
+    with injected(faults):
+        packed = loss_and_grads(model, [pack_thd(p) for p in packs])
     return compare(one_by_one, packed)
 
 
@@ -59,26 +61,26 @@ def test_positions_not_reset_are_invisible_to_rope(tiny_world):
 # ---- 2. in-batch packing vs offline packing vs padded, same samples
 
 
-def _layouts(faults: Faults) -> dict[str, list]:
-    offline = [build_micro_batch([p], _data("packed"), faults) for p in greedy_packs(SAMPLES, 64)]
-    offline_fixed = [build_micro_batch([p], _data("packed", True), faults) for p in greedy_packs(SAMPLES, 64)]
+def _layouts() -> dict[str, list]:
+    offline = [build_micro_batch([p], _data("packed")) for p in greedy_packs(SAMPLES, 64)]
+    offline_fixed = [build_micro_batch([p], _data("packed", True)) for p in greedy_packs(SAMPLES, 64)]
     groups = [[[s] for s in SAMPLES[i : i + 4]] for i in range(0, len(SAMPLES), 4)]  # MBS 4 (last has 2)
     return {
         "offline": offline,
         "offline_pad_to_max_length": offline_fixed,
-        "in_batch": [build_micro_batch(g, _data("in_batch"), faults) for g in groups],
-        "padded": [build_micro_batch(g, _data("padded"), faults) for g in groups],
-        "padded_to_seq_length": [build_micro_batch(g, _data("padded", True), faults) for g in groups],
+        "in_batch": [build_micro_batch(g, _data("in_batch")) for g in groups],
+        "padded": [build_micro_batch(g, _data("padded")) for g in groups],
+        "padded_to_seq_length": [build_micro_batch(g, _data("padded", True)) for g in groups],
     }
 
 
 def test_in_batch_offline_and_padded_agree(tiny_world):
     model, _ = tiny_world
     reference = loss_and_grads(model, [pad_batch([s]) for s in SAMPLES])
-    for name, batches in _layouts(Faults()).items():
+    for name, batches in _layouts().items():
         assert compare(reference, loss_and_grads(model, batches)) == [], name
     # The layouts differ in padding, not in real tokens.
-    layouts = _layouts(Faults())
+    layouts = _layouts()
     assert {sum(b.real_tokens for b in v) for v in layouts.values()} == {
         sum(s.runtime_length for s in SAMPLES)
     }
@@ -90,9 +92,10 @@ def test_in_batch_offline_and_padded_agree(tiny_world):
 def test_per_microbatch_loss_mean_control_breaks(tiny_world):
     model, _ = tiny_world
     reference = loss_and_grads(model, [pad_batch([s]) for s in SAMPLES])
-    faults = Faults(per_microbatch_loss_mean=True)
     for name in ("offline", "in_batch", "padded"):
-        assert compare(reference, loss_and_grads(model, _layouts(faults)[name], faults)), name
+        with injected(Faults(per_microbatch_loss_mean=True)):
+            broken = loss_and_grads(model, _layouts()[name])
+        assert compare(reference, broken), name
 
 
 def test_thd_row_keeps_samples_apart():

@@ -128,7 +128,7 @@ def test_wandb_offline_history_has_the_loss(tmp_path, packed_file, monkeypatch, 
 
 
 def test_wandb_config_has_no_secrets():
-    from packcfg.train.metrics import redacted
+    from packcfg.train.settings import redacted
 
     config = {
         "launch": {"env": {"HF_TOKEN": "hf_abc", "WANDB_API_KEY": "k"}},

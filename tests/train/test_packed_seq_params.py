@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from packcfg.train.batches import pack_thd, split_for_context_parallel
-from packcfg.train.step import bridge_packed_metadata, bridge_packed_seq_params, to_device
+from packcfg.train.forward import bridge_packed_metadata, bridge_packed_seq_params, to_device
 
 from .cases import synthetic_samples
 
@@ -193,6 +193,6 @@ def test_transformer_engine_thd_equals_one_by_one():
 
 
 def _faults(**kwargs):
-    from packcfg.train.batches import Faults
+    from .faults import Faults
 
     return Faults(**kwargs)

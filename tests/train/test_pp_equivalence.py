@@ -30,9 +30,11 @@ import torch
 
 if __package__:
     from .cases import _Packs, greedy_packs, run_torchrun, synthetic_samples, tiny_config
+    from .faults import Faults, injected
 else:  # torchrun harness
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.train.cases import _Packs, greedy_packs, run_torchrun, synthetic_samples, tiny_config
+    from tests.train.faults import Faults, injected
 
 STEPS = 3
 CLIP = 0.5  # below the tiny model's grad norm in early steps, so clipping (and its PP sum) matters
@@ -69,7 +71,7 @@ def run_pp_case(case: str, variants: list[str]) -> dict[str, dict[str, Any]]:
     then the full weights; and the wall time of the steps."""
     import torch.distributed as dist
 
-    from packcfg.train.batches import Faults, split_for_context_parallel
+    from packcfg.train import batches as thd  # split looked up per call: faults.injected patches it
     from packcfg.train.data import BatchPlan
     from packcfg.train.equivalence import full_weights, loss_and_grads
     from packcfg.train.model import build_model
@@ -84,7 +86,7 @@ def run_pp_case(case: str, variants: list[str]) -> dict[str, dict[str, Any]]:
     m = settings.model
     with distributed(tp=m.tp, cp=m.cp, pp=m.pp) as layout:
         for variant in variants:
-            faults = Faults.from_names([] if variant == "none" else [variant])
+            faults = Faults.from_names([variant])
             model = build_model(m, settings.seed)
             plan = BatchPlan(
                 _Packs(packs),
@@ -101,14 +103,15 @@ def run_pp_case(case: str, variants: list[str]) -> dict[str, dict[str, Any]]:
             t0 = time.perf_counter()
             for step in range(STEPS):
                 schedule.advance()
-                batches = plan.micro_batches(step, faults)
-                widths.append([int(b.tokens.shape[1]) for b in batches])
-                if layout.cp > 1:
-                    batches = [
-                        split_for_context_parallel(b, layout.cp, layout.cp_rank, context_group(), faults)
-                        for b in batches
-                    ]
-                steps.append(loss_and_grads(model, batches, faults))
+                with injected(faults):
+                    batches = plan.micro_batches(step)
+                    widths.append([int(b.tokens.shape[1]) for b in batches])
+                    if layout.cp > 1:
+                        batches = [
+                            thd.split_for_context_parallel(b, layout.cp, layout.cp_rank, context_group())
+                            for b in batches
+                        ]
+                    steps.append(loss_and_grads(model, batches))
                 norms.append(clip_grad_norm(params, settings.optim.clip_grad))
                 optimizer.step()
             out[variant] = {

@@ -25,9 +25,11 @@ import torch
 
 if __package__:
     from .cases import _Packs, greedy_packs, run_torchrun, synthetic_samples, tiny_config
+    from .faults import Faults, injected
 else:  # torchrun harness
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.train.cases import _Packs, greedy_packs, run_torchrun, synthetic_samples, tiny_config
+    from tests.train.faults import Faults, injected
 
 CLIP = 0.05  # well below the tiny model's first-step grad norm, so clipping scales every gradient
 
@@ -51,7 +53,6 @@ def run_sp_case(case: str, variants: list[str]) -> dict[str, dict[str, Any]]:
     grad norm, clipped full gradients and full weights after one AdamW step."""
     import torch.distributed as dist
 
-    from packcfg.train.batches import Faults
     from packcfg.train.data import BatchPlan
     from packcfg.train.equivalence import full_gradients, full_weights, loss_and_grads
     from packcfg.train.model import build_model
@@ -65,7 +66,7 @@ def run_sp_case(case: str, variants: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     with distributed(tp=settings.model.tp, cp=settings.model.cp) as layout:
         for variant in variants:
-            faults = Faults.from_names([] if variant == "none" else [variant])
+            faults = Faults.from_names([variant])
             model = build_model(settings.model, settings.seed)
             plan = BatchPlan(
                 _Packs(packs),
@@ -75,8 +76,9 @@ def run_sp_case(case: str, variants: list[str]) -> dict[str, dict[str, Any]]:
                 layout.dp,
                 layout.dp_rank,
             )
-            batches = plan.micro_batches(0, faults)
-            result = loss_and_grads(model, batches, faults)
+            with injected(faults):
+                batches = plan.micro_batches(0)
+                result = loss_and_grads(model, batches)
             params = [p for p in model.parameters() if p.requires_grad]
             norm = clip_grad_norm(
                 params, settings.optim.clip_grad, sum_over_tp=not faults.grad_norm_not_summed_over_tp

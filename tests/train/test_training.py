@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from packcfg.train.batches import Faults
 from packcfg.train.data import PackedParquet, write_packed_parquet
 from packcfg.train.loop import TrainOptions, train
 from packcfg.train.metrics import read_metrics
 
 from .cases import REPO_ROOT, greedy_packs, synthetic_samples, tiny_config
 from .devices import skip_unless_one_gpu_per_rank
+from .faults import Faults, injected
 
 STEPS, SAVE_AT = 6, 3
 
@@ -74,13 +74,8 @@ def test_resume_continues_the_exact_loss_curve(tmp_path, packed_file, uninterrup
 
 def test_resume_control_replaying_data_breaks_the_curve(tmp_path, packed_file, uninterrupted):
     _run(_config(tmp_path, SAVE_AT), packed_file, tmp_path / "out")
-    resumed = _run(
-        _config(tmp_path, STEPS),
-        packed_file,
-        tmp_path / "out",
-        resume=True,
-        faults=Faults(resume_data_from_start=True),
-    )
+    with injected(Faults(resume_data_from_start=True)):
+        resumed = _run(_config(tmp_path, STEPS), packed_file, tmp_path / "out", resume=True)
     assert resumed.losses != uninterrupted.losses[SAVE_AT:]
 
 

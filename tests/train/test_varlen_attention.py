@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from packcfg.train import varlen
 from packcfg.train.attention import PackedCoreAttention, RopeSpec
 from packcfg.train.batches import Sample, pack_thd
-from packcfg.train.step import to_device
+from packcfg.train.forward import to_device
 
 from .cases import one_attention_layer_config
 from .devices import DEVICE, ON_CUDA
@@ -267,6 +267,6 @@ def test_sdpa_repeating_key_value_groups_equals_materialised_groups(monkeypatch,
             else x.repeat(*[heads // x.shape[axis] if i == axis else 1 for i in range(x.dim())])
         )
 
-    monkeypatch.setattr(attention_module, "_expand_groups", head_major)
+    monkeypatch.setattr(attention_module, "expand_groups", head_major)
     wrong = run()
     assert _relative(wrong[0], materialised[0]) > 1e-2

@@ -19,7 +19,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packcfg.train.batches import Faults
 from packcfg.train.equivalence import compare, load_results, loss_and_grads
 from packcfg.train.settings import TrainSettings, VisionSettings
 from packcfg.train.vlm import (
@@ -31,6 +30,7 @@ from packcfg.train.vlm import (
 )
 
 from .cases import run_case, run_torchrun
+from .faults import Faults, injected
 from .vlm_cases import IMAGE_END, IMAGE_START, IMAGE_TOKEN, VLM_PARALLEL_CASES, vlm_config, vlm_samples
 
 TOL = 1e-5
@@ -67,7 +67,8 @@ def _packed_vs_one_by_one(model, vision, faults: Faults):
     assert sum(len(p) for p in packs) == len(pieces) and any(len(p) > 2 for p in packs)
     assert any(len(pk) > 1 and sum(s.num_tiles for s in pk) > 0 for pk in packs)
     one_by_one = loss_and_grads(model, [pack_vlm([p], vision) for p in pieces])
-    packed = loss_and_grads(model, [pack_vlm(pk, vision, faults) for pk in packs], faults)
+    with injected(faults):
+        packed = loss_and_grads(model, [pack_vlm(pk, vision) for pk in packs])
     return one_by_one, packed
 
 

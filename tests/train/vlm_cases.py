@@ -89,12 +89,13 @@ def run_vlm_case(case: str, variants: list[str]) -> dict[str, Any]:
     for each variant ("none" or a fault name), in the current torch.distributed world (or a world of 1)."""
     import torch.distributed as dist
 
-    from packcfg.train.batches import Faults
     from packcfg.train.data import SampleUnits
     from packcfg.train.equivalence import loss_and_grads
     from packcfg.train.parallel import distributed
     from packcfg.train.settings import TrainSettings
     from packcfg.train.vlm import VlmBatchPlan, build_vlm_model
+
+    from .faults import Faults, injected
 
     world = dist.get_world_size() if dist.is_initialized() else 1
     settings = TrainSettings.from_config(vlm_case_config(case, world))
@@ -113,6 +114,6 @@ def run_vlm_case(case: str, variants: list[str]) -> dict[str, Any]:
             vision=settings.vision,
         )
         for variant in variants:
-            faults = Faults.from_names([] if variant == "none" else [variant])
-            results[variant] = loss_and_grads(model, plan.micro_batches(0, faults), faults)
+            with injected(Faults.from_names([variant])):
+                results[variant] = loss_and_grads(model, plan.micro_batches(0))
     return results

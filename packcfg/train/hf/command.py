@@ -61,7 +61,7 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
 
     from packcfg.resources import resolve_path
     from packcfg.train.checkpoint import resolve_checkpoint
-    from packcfg.train.hf.config import family_of, hf_source
+    from packcfg.train.hf.config import family_of
     from packcfg.train.hf.convert import export_hf
     from packcfg.train.settings import ModelSettings
 
@@ -81,7 +81,7 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
         full, iteration = _dist_full_state(Path(checkpoint), settings)
     else:
         full, iteration = _torch_full_state(Path(checkpoint))
-    family = family_of(settings, config)
+    family = family_of(settings)
     written = export_hf(
         full,
         settings,
@@ -90,7 +90,7 @@ def export_from_config(config: dict, args: argparse.Namespace) -> tuple[list[str
         dtype=getattr(torch, args.dtype),
         force=args.force,
         source={"checkpoint": str(checkpoint), "iteration": iteration},
-        base_folder=hf_source(config),
+        base_folder=settings.hf_dir,
     )
     return written, checkpoint, family
 

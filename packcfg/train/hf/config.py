@@ -214,10 +214,15 @@ def model_section(config: dict[str, Any]) -> dict[str, Any]:
     """The config's `model` section, with the shape filled from its HF folder when it starts from one.
 
     Raises HFConfigError when a shape key the YAML sets disagrees with the folder's config.json."""
-    model = config.get("model") or {}
+    return merge_hf_shape(config.get("model") or {}, hf_source(config))
+
+
+def merge_hf_shape(model: Any, folder: Path | None) -> dict[str, Any]:
+    """A `model` section with the shape filled from the HF folder `folder` (`hf_source`; None: as is).
+
+    Raises HFConfigError when a shape key the section sets disagrees with the folder's config.json."""
     if not isinstance(model, dict):
         raise ValueError(f"model: expected a mapping, got {type(model).__name__}")
-    folder = hf_source(config)
     if folder is None:
         return model
     hf = read_hf_config(folder)
@@ -355,12 +360,11 @@ def hf_config_dict(settings: Any, family: str, dtype: str = "float32") -> dict[s
     return out
 
 
-def family_of(settings: Any, config: dict[str, Any]) -> str:
-    """The export family: the HF folder's when the run started from one, else from the model's shape
-    (q/k norm -> qwen3, QKV bias -> qwen2, else llama)."""
-    folder = hf_source(config)
-    if folder is not None:
-        return read_hf_config(folder).family
+def family_of(settings: Any) -> str:
+    """The export family of a `ModelSettings`: its HF folder's when the run started from one, else from the
+    model's shape (q/k norm -> qwen3, QKV bias -> qwen2, else llama)."""
+    if settings.hf_dir is not None:
+        return read_hf_config(settings.hf_dir).family
     if settings.qk_layernorm:
         return "qwen3"
     if settings.add_qkv_bias:
