@@ -24,21 +24,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "packcfg"
 FLOWS = ("lint", "packing", "launch", "train", "demo", "plan", "integrations")
 
 # Known circles still on this branch, each to be removed when fixed (a fixed one does not fail this test).
-KNOWN_CIRCLES = {
-    # packing/chat.py reads JSON objects through sources.py, which calls chat.py's span masks; the sources
-    # split of issue 26 (packing/ helper) removes it. The lead drops this entry after merging that split.
-    frozenset({"packcfg.packing.chat", "packcfg.packing.sources"}),
-}
-# Private names imported across modules inside packing/, which the planner and sources splits of issue 26
-# rework (other helpers own packing/); the lead drops these entries after merging them.
+KNOWN_CIRCLES: set[frozenset[str]] = set()  # none: a new circle is a failure, not an entry here
+# Private names imported across modules: none but the packing kernels' numba switch, which the planner split
+# (issue 26) reworks.
 KNOWN_PRIVATE = {
-    ("packcfg.packing.verify", "packcfg.packing.writer", "_GOLD"),
-    ("packcfg.packing.verify", "packcfg.packing.writer", "_M1"),
-    ("packcfg.packing.verify", "packcfg.packing.writer", "_mix"),
-    ("packcfg.packing.verify", "packcfg.packing.writer", "_position_keys"),
     ("packcfg.packing._jsonl_kernel", "packcfg.packing._bfd_kernel", "_HAVE_NUMBA"),
     ("packcfg.packing._jsonl_kernel", "packcfg.packing._bfd_kernel", "_njit"),
-    ("packcfg.packing.chat", "packcfg.packing.sources", "_read_json_object"),
 }
 
 

@@ -8,7 +8,7 @@ Bridge's tooling produce, `{"input_ids": [1, 2], "loss_mask": [0, 1]}` or with `
 It is strict on purpose: any other key, a repeated key, a null, a bool, a float, a sign, a leading zero, an
 id beyond int32, a mask value other than 0/1, a blank line or a string escape makes it give up on the
 block, which then goes to pyarrow's reader and, where that differs too, to the exact `json.loads` reader
-(`sources.token_jsonl._iter_token_jsonl_fast`). So what it accepts it reads exactly as both of those do, and every
+(`sources.token_jsonl.iter_token_jsonl_fast`). So what it accepts it reads exactly as both of those do, and every
 error message still comes from the exact reader. `tests/packing/test_jsonl_fast.py` checks that.
 
 Used when numba is importable (the same test as the bfd kernel's); compiled once, cached like it.

@@ -37,7 +37,7 @@ import numpy as np
 
 from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
-from packcfg.packing.tokenizer import _read_json_object
+from packcfg.packing.tokenizer import read_json_object
 
 ROLES = ("system", "user", "assistant", "tool")
 SPECIAL_TOKEN_KEYS = (
@@ -92,7 +92,7 @@ def _one_line(exc: BaseException) -> str:
 def load_chat_template(folder: Path) -> ChatTemplate:
     """The chat template of a local Hugging Face tokenizer folder, compiled in jinja's immutable sandbox."""
     config_path = folder / "tokenizer_config.json"
-    config = _read_json_object(config_path) or {}
+    config = read_json_object(config_path) or {}
     jinja_path = folder / "chat_template.jinja"
     if os.path.lexists(jinja_path):  # transformers prefers the separate file when both exist
         check_input(jinja_path, error=PackingError)

@@ -22,7 +22,7 @@ class LoadedTokenizer:
     pad_id: int
 
 
-def _read_json_object(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
     check_input(path, error=PackingError)
@@ -44,7 +44,7 @@ def _configured_eos(folder: Path, tok: Any) -> int | None:
     so the fixed EOS_CANDIDATES list is only a fallback (it would pick <|end_of_text|> over Llama 3
     instruct's <|eot_id|> and <|endoftext|> over Qwen chat's <|im_end|>)."""
     for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        cfg = _read_json_object(folder / name)
+        cfg = read_json_object(folder / name)
         token = cfg.get("eos_token") if cfg else None
         if isinstance(token, dict):
             token = token.get("content")
@@ -55,7 +55,7 @@ def _configured_eos(folder: Path, tok: Any) -> int | None:
                     f"{folder / name}: eos_token {token!r} is not in the tokenizer's vocabulary"
                 )
             return int(tid)
-    gen = _read_json_object(folder / "generation_config.json")
+    gen = read_json_object(folder / "generation_config.json")
     value = gen.get("eos_token_id") if gen else None
     if isinstance(value, list) and value:
         value = value[0]

@@ -23,12 +23,12 @@ from packcfg.packing.sources import (
 )
 from packcfg.packing.sources.spooling import release_memory
 from packcfg.packing.writer import (
-    _GOLD,
-    _M1,
-    _mix,
-    _position_keys,
+    GOLD,
+    M1,
     digest_add,
+    mix,
     parquet_entry,
+    position_keys,
     read_metadata,
     slot_hashes,
 )
@@ -212,7 +212,7 @@ def _verify_packed(
         rows = _check_batch(report, r0, ids, ids_off, mask, mask_off, st, st_off, capacity, align, max_errors)
         # the slots of the rows that passed the structural checks
         good = np.flatnonzero(rows)
-        row_h = _mix(np.arange(r0, r0 + nrows, dtype=np.uint64) + _M1)  # unique for unreadable rows
+        row_h = mix(np.arange(r0, r0 + nrows, dtype=np.uint64) + M1)  # unique for unreadable rows
         if len(good):
             counts = np.diff(st_off)[good]  # samples per good row
             cum = np.cumsum(counts)
@@ -245,8 +245,8 @@ def _verify_packed(
             slot_hash_parts.append(h)
             slot_row_parts.append((slot_rows + r0).astype(np.int64))
             with np.errstate(over="ignore"):  # a row's hash: its slots' hashes in order
-                keyed = h * _position_keys(int(counts.max()))[j_in_row]
-                row_h[good] = _mix(np.add.reduceat(keyed, cum - counts) + counts.astype(np.uint64) * _M1)
+                keyed = h * position_keys(int(counts.max()))[j_in_row]
+                row_h[good] = mix(np.add.reduceat(keyed, cum - counts) + counts.astype(np.uint64) * M1)
             report.samples += int(cum[-1])
         row_hash_parts.append(row_h)
         report.rows += nrows
@@ -519,9 +519,9 @@ def _slot_hash_pair(
         else:
             tok[nonempty], msk[nonempty] = t, m
     with np.errstate(over="ignore"):
-        tok += lens.astype(np.uint64) * _GOLD
+        tok += lens.astype(np.uint64) * GOLD
         msk += tok
-        return _mix(msk), _mix(tok)
+        return mix(msk), mix(tok)
 
 
 def _chunks(offsets: np.ndarray, limit: int) -> Iterator[tuple[int, int]]:

@@ -84,15 +84,15 @@ def pack_rows(
     return tokens, mask, row_tok_end, seq_starts, seq_offsets
 
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
+M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-_GOLD = np.uint64(0x9E3779B97F4A7C15)
+GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def mix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
     x = x ^ (x >> np.uint64(30))
-    x *= _M1
+    x *= M1
     x ^= x >> np.uint64(27)
     x *= _M2
     x ^= x >> np.uint64(31)
@@ -102,7 +102,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
 _POSITION_KEYS = np.zeros(0, dtype=np.uint64)
 
 
-def _position_keys(n: int) -> np.ndarray:
+def position_keys(n: int) -> np.ndarray:
     """Fixed pseudo-random odd 64-bit multipliers, one per position (grown on demand; thread-safe: a
     caller gets arrays at least n long even when another thread grows the cache meanwhile)."""
     global _POSITION_KEYS
@@ -121,7 +121,7 @@ _POWERS = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """R**i and R**-i modulo 2**64 for i < n (cached, grown on demand; thread-safe like _position_keys)."""
+    """R**i and R**-i modulo 2**64 for i < n (cached, grown on demand; thread-safe like position_keys)."""
     global _POWERS
     powers = _POWERS
     if len(powers[0]) < n:
@@ -166,7 +166,7 @@ def slot_hashes(tokens: np.ndarray, mask: np.ndarray, slot_offsets: np.ndarray) 
             nonempty = lens > 0
             sums[nonempty] = np.add.reduceat(v, starts[nonempty]) * inv[starts[nonempty]]
     with np.errstate(over="ignore"):
-        return _mix(sums + lens.astype(np.uint64) * _GOLD)
+        return mix(sums + lens.astype(np.uint64) * GOLD)
 
 
 def digest_add(digest: int, hashes: np.ndarray) -> int:

@@ -33,8 +33,8 @@ def _flat(batches) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _both(path: Path, block: int):
-    fast = _flat(sources._iter_token_jsonl_fast(path, 7, block_bytes=block))
-    exact = _flat(sources._iter_token_jsonl(path, 7))
+    fast = _flat(sources.iter_token_jsonl_fast(path, 7, block_bytes=block))
+    exact = _flat(sources.iter_token_jsonl(path, 7))
     return fast, exact
 
 
@@ -73,9 +73,9 @@ def test_errors_are_the_exact_readers(tmp_path, bad, block):
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(rows) + "\n")
     with pytest.raises(PackingError) as fast:
-        list(sources._iter_token_jsonl_fast(path, 7, block_bytes=block))
+        list(sources.iter_token_jsonl_fast(path, 7, block_bytes=block))
     with pytest.raises(PackingError) as exact:
-        list(sources._iter_token_jsonl(path, 7))
+        list(sources.iter_token_jsonl(path, 7))
     assert str(fast.value) == str(exact.value) and "t.jsonl:14:" in str(fast.value)
 
 
@@ -89,14 +89,14 @@ if not kernel._HAVE_NUMBA:  # pragma: no cover - numba is in the pack and dev ex
 def _outcome(path: Path, block: int = 1 << 20):
     """What the fast reader gives: the flat samples, or the one-line error."""
     try:
-        return _flat(sources._iter_token_jsonl_fast(path, 7, block_bytes=block))
+        return _flat(sources.iter_token_jsonl_fast(path, 7, block_bytes=block))
     except PackingError as exc:
         return str(exc)
 
 
 def _exact(path: Path):
     try:
-        return _flat(sources._iter_token_jsonl(path, 7))
+        return _flat(sources.iter_token_jsonl(path, 7))
     except PackingError as exc:
         return str(exc)
 
@@ -212,13 +212,13 @@ def test_a_line_longer_than_a_block_stays_on_the_fast_path(tmp_path, monkeypatch
     rows[5]["input_ids"] = list(range(3, 3000))  # ~15 kB: hundreds of 64-byte blocks
     path = tmp_path / "long.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    exact = _flat(sources._iter_token_jsonl(path, 7))
+    exact = _flat(sources.iter_token_jsonl(path, 7))
 
     def refuse(*args, **kwargs):
         raise AssertionError("the exact reader was used")
 
-    monkeypatch.setattr(token_jsonl, "_iter_token_jsonl", refuse)
+    monkeypatch.setattr(token_jsonl, "iter_token_jsonl", refuse)
     for block in (64, 1000):
-        fast = _flat(sources._iter_token_jsonl_fast(path, 7, block_bytes=block))
+        fast = _flat(sources.iter_token_jsonl_fast(path, 7, block_bytes=block))
         for a, b in zip(fast, exact, strict=True):
             assert np.array_equal(a, b)

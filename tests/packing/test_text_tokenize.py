@@ -20,8 +20,8 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, tr
 from packcfg.cli import main  # noqa: E402
 from packcfg.packing.sources import cache as token_cache  # noqa: E402
 from packcfg.packing.sources import text  # noqa: E402
-from packcfg.packing.sources.batch import _make_batch  # noqa: E402
-from packcfg.packing.sources.jsonl import _jsonl_records  # noqa: E402
+from packcfg.packing.sources.batch import make_batch  # noqa: E402
+from packcfg.packing.sources.jsonl import jsonl_records  # noqa: E402
 from packcfg.packing.tokenizer import load_tokenizer  # noqa: E402
 
 from .conftest import SAMPLE_SFT, write_jsonl  # noqa: E402
@@ -49,9 +49,9 @@ def _reference_batches(path: Path, tok, batch_size: int):
             lm[-1] = 0
             ids_list.append(ids)
             masks.append(lm)
-        return _make_batch(ids_list, masks, first, linenos)
+        return make_batch(ids_list, masks, first, linenos)
 
-    for lineno, obj in _jsonl_records(path):
+    for lineno, obj in jsonl_records(path):
         if not contexts:
             first, linenos = lineno, []
         linenos.append(lineno)
@@ -130,7 +130,7 @@ def test_the_bundled_tokenizer_takes_one_call_and_it_equals_two_calls_on_the_sam
     tok = load_tokenizer(TOKENIZER)
     assert text._joint_tokenizer(tok)
     for name in ("training.jsonl", "validation.jsonl"):
-        rows = [obj for _, obj in _jsonl_records(SAMPLE_SFT / name)]
+        rows = [obj for _, obj in jsonl_records(SAMPLE_SFT / name)]
         contexts, outputs = [r["input"] for r in rows], [r["output"] for r in rows]
         assert sum(text._joint_safe(c, o) for c, o in zip(contexts, outputs, strict=True)) == len(
             rows
@@ -200,7 +200,7 @@ def test_text_batches_equal_the_previous_two_call_reader(tmp_path):
     rows += [{"input": a, "output": b} for a, b in _fuzz_pairs(300, seed=5)]
     src = write_jsonl(tmp_path / "sft.jsonl", rows)
     tok = load_tokenizer(TOKENIZER)
-    new = _flat(text._iter_text_jsonl(src, tok, 97))
+    new = _flat(text.iter_text_jsonl(src, tok, 97))
     old = _flat(_reference_batches(src, tok, 97))
     for a, b in zip(new, old, strict=True):
         assert np.array_equal(a, b)

@@ -17,7 +17,7 @@ from packcfg.cli import main
 from packcfg.packing import read_packed, verify, writer
 from packcfg.packing.errors import PackingError
 from packcfg.packing.planner import itemize
-from packcfg.packing.sources import Batch, _make_batch, iter_batches, label_mask_from_input_mask
+from packcfg.packing.sources import Batch, iter_batches, label_mask_from_input_mask, make_batch
 from packcfg.packing.verify import verify_packed
 from packcfg.packing.writer import COLUMNS, leaf, slot_hashes
 
@@ -217,11 +217,11 @@ def _batch(seed: int, n: int = 300, max_len: int = 90) -> Batch:
         label_mask_from_input_mask(np.asarray(r["loss_mask"]), np.array([0, len(r["loss_mask"])]))
         for r in rows
     ]
-    return _make_batch(ids, masks, 7)  # first line 7: lines are carried through
+    return make_batch(ids, masks, 7)  # first line 7: lines are carried through
 
 
 def test_hash_caches_give_every_thread_long_enough_arrays(monkeypatch):
-    """writer._powers and _position_keys grow a shared cache; a thread that asked for n must get n even
+    """writer._powers and position_keys grow a shared cache; a thread that asked for n must get n even
     when another thread replaced the cache with a shorter one meanwhile (verify's two passes share them)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -230,7 +230,7 @@ def test_hash_caches_give_every_thread_long_enough_arrays(monkeypatch):
     sizes = [int(x) for x in np.random.default_rng(5).integers(1, 300_000, 200)]
     with ThreadPoolExecutor(4) as pool:
         powers = list(pool.map(lambda n: len(writer._powers(n)[0]) >= n, sizes))
-        keys = list(pool.map(lambda n: len(writer._position_keys(n)) >= n, sizes))
+        keys = list(pool.map(lambda n: len(writer.position_keys(n)) >= n, sizes))
     assert all(powers) and all(keys)
 
 

@@ -25,26 +25,26 @@ from packcfg.packing.checksums import (
 from packcfg.packing.sources.batch import (
     MAX_TOKEN_ID,
     Batch,
-    _make_batch,
-    _slice_batch,
     label_mask_all,
     label_mask_from_answer_start,
     label_mask_from_input_mask,
+    make_batch,
+    slice_batch,
 )
-from packcfg.packing.sources.chat import _iter_chat_jsonl
-from packcfg.packing.sources.jsonl import _jsonl_lines, _jsonl_records, _parse_line
-from packcfg.packing.sources.parquet import PARALLEL_ROW_GROUP_BYTES, _iter_parquet, _parquet_batch
+from packcfg.packing.sources.chat import iter_chat_jsonl
+from packcfg.packing.sources.jsonl import jsonl_lines, jsonl_records, parse_line
+from packcfg.packing.sources.parquet import PARALLEL_ROW_GROUP_BYTES, iter_parquet, parquet_batch
 from packcfg.packing.sources.read import PARQUET_SUFFIXES, TOKENIZED_FORMATS, detect_format, iter_batches
 from packcfg.packing.sources.spooling import Spool, spool
-from packcfg.packing.sources.text import _iter_text_jsonl, _tokenized_text
+from packcfg.packing.sources.text import iter_text_jsonl, tokenized_text
 from packcfg.packing.sources.threads import READ_WORKERS, ordered_map, prefetched
 from packcfg.packing.sources.token_jsonl import (
     JSONL_BLOCK_BYTES,
-    _check_ids,
-    _iter_token_jsonl,
-    _iter_token_jsonl_fast,
+    check_ids,
+    iter_token_jsonl,
+    iter_token_jsonl_fast,
 )
-from packcfg.packing.tokenizer import EOS_CANDIDATES, LoadedTokenizer, _read_json_object, load_tokenizer
+from packcfg.packing.tokenizer import EOS_CANDIDATES, LoadedTokenizer, load_tokenizer, read_json_object
 
 __all__ = [
     "EOS_CANDIDATES",
@@ -58,20 +58,20 @@ __all__ = [
     "Batch",
     "LoadedTokenizer",
     "Spool",
-    "_check_ids",
-    "_iter_chat_jsonl",
-    "_iter_parquet",
-    "_iter_text_jsonl",
-    "_iter_token_jsonl",
-    "_iter_token_jsonl_fast",
-    "_jsonl_lines",
-    "_jsonl_records",
-    "_make_batch",
-    "_parquet_batch",
-    "_parse_line",
-    "_read_json_object",
-    "_slice_batch",
-    "_tokenized_text",
+    "check_ids",
+    "iter_chat_jsonl",
+    "iter_parquet",
+    "iter_text_jsonl",
+    "iter_token_jsonl",
+    "iter_token_jsonl_fast",
+    "jsonl_lines",
+    "jsonl_records",
+    "make_batch",
+    "parquet_batch",
+    "parse_line",
+    "read_json_object",
+    "slice_batch",
+    "tokenized_text",
     "detect_format",
     "file_checksum",
     "iter_batches",

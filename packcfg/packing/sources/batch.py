@@ -64,7 +64,7 @@ def label_mask_all(offsets: np.ndarray) -> np.ndarray:
     return out
 
 
-def _make_batch(
+def make_batch(
     ids_list: list[np.ndarray], masks: list[np.ndarray], first: int, linenos: list[int] | None = None
 ) -> Batch:
     offsets = np.zeros(len(ids_list) + 1, dtype=np.int64)
@@ -78,7 +78,7 @@ def _make_batch(
     )
 
 
-def _slice_batch(b: Batch, lo: int, hi: int) -> Batch:
+def slice_batch(b: Batch, lo: int, hi: int) -> Batch:
     hi = min(hi, len(b.offsets) - 1)
     if lo == 0 and hi == len(b.offsets) - 1:
         return b

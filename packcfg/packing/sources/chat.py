@@ -11,12 +11,12 @@ import numpy as np
 
 from packcfg.packing.chat import assistant_spans, check_messages, load_chat_template, span_mask
 from packcfg.packing.errors import PackingError
-from packcfg.packing.sources.batch import Batch, _make_batch, label_mask_from_input_mask
-from packcfg.packing.sources.jsonl import _jsonl_records
+from packcfg.packing.sources.batch import Batch, label_mask_from_input_mask, make_batch
+from packcfg.packing.sources.jsonl import jsonl_records
 from packcfg.packing.tokenizer import LoadedTokenizer
 
 
-def _iter_chat_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Iterator[Batch]:
+def iter_chat_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Iterator[Batch]:
     """Chat rows rendered with the chat template beside tokenizer.json; the mask: assistant turns only."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     template = load_chat_template(tok.path.parent)
@@ -34,9 +34,9 @@ def _iter_chat_jsonl(path: Path, tok: LoadedTokenizer, batch_size: int) -> Itera
             ids_list.append(np.asarray(enc.ids, dtype=np.int32))
             mask = span_mask(enc.offsets, row_spans)
             masks.append(label_mask_from_input_mask(mask, np.array([0, len(mask)])))
-        return _make_batch(ids_list, masks, linenos[0], linenos)
+        return make_batch(ids_list, masks, linenos[0], linenos)
 
-    for lineno, obj in _jsonl_records(path):
+    for lineno, obj in jsonl_records(path):
         text, row_spans = assistant_spans(template, check_messages(path, lineno, obj), f"{path}:{lineno}")
         texts.append(text)
         spans.append(row_spans)

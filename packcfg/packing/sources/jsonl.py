@@ -10,15 +10,15 @@ from typing import Any
 from packcfg.packing.errors import PackingError
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line; bad JSON, bad UTF-8 or an unreadable file is a
     PackingError naming the file (and line). The file closes when the caller stops iterating."""
-    for lineno, _, obj in _jsonl_lines(path):
+    for lineno, _, obj in jsonl_lines(path):
         yield lineno, obj
 
 
-def _jsonl_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """(line number, raw line, object) for each non-blank line (see `_jsonl_records`)."""
+def jsonl_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, raw line, object) for each non-blank line (see `jsonl_records`)."""
     try:
         f = open(path, encoding="utf-8")
     except OSError as exc:
@@ -27,12 +27,12 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
         try:
             for lineno, line in enumerate(f, 1):
                 if line.strip():
-                    yield lineno, line, _parse_line(path, lineno, line)
+                    yield lineno, line, parse_line(path, lineno, line)
         except UnicodeDecodeError as exc:
             raise PackingError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
+def parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:

@@ -21,7 +21,7 @@ from packcfg.packing.sources.batch import (
 )
 
 
-def _iter_parquet(path: Path, batch_size: int, workers: int | None = None) -> Iterator[Batch]:
+def iter_parquet(path: Path, batch_size: int, workers: int | None = None) -> Iterator[Batch]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -63,7 +63,7 @@ def _iter_parquet(path: Path, batch_size: int, workers: int | None = None) -> It
     if workers < 2 or meta.num_row_groups < 2 or biggest > PARALLEL_ROW_GROUP_BYTES:
         row = 1
         for rb in pf.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
-            yield _parquet_batch(path, rb, row, mode)
+            yield parquet_batch(path, rb, row, mode)
             row += rb.num_rows
         return
     # row groups decoded (and checked, and masked) in parallel, handed on in file order; each worker
@@ -76,7 +76,7 @@ def _iter_parquet(path: Path, batch_size: int, workers: int | None = None) -> It
         table = local.file.read_row_group(i, columns=columns, use_threads=False)
         out, row = [], 1 + int(first_rows[i])
         for rb in table.to_batches(max_chunksize=batch_size):
-            out.append(_parquet_batch(path, rb, row, mode))
+            out.append(parquet_batch(path, rb, row, mode))
             row += rb.num_rows
         return out
 
@@ -88,7 +88,7 @@ def _iter_parquet(path: Path, batch_size: int, workers: int | None = None) -> It
 PARALLEL_ROW_GROUP_BYTES = 32 << 20
 
 
-def _parquet_batch(path: Path, rb: Any, row: int, mode: str) -> Batch:
+def parquet_batch(path: Path, rb: Any, row: int, mode: str) -> Batch:
     """A record batch of a Parquet source (its first row is `row`, 1-based) as a Batch, checked.
     (List lengths come from the offsets: pyarrow.compute costs ~90 ms to import.)"""
     ids_col = rb.column("input_ids")

@@ -10,11 +10,11 @@ from packcfg.core.inputs import check_input
 from packcfg.packing.errors import PackingError
 from packcfg.packing.sources import threads
 from packcfg.packing.sources.batch import Batch
-from packcfg.packing.sources.chat import _iter_chat_jsonl
-from packcfg.packing.sources.jsonl import _jsonl_records
-from packcfg.packing.sources.parquet import _iter_parquet
-from packcfg.packing.sources.text import _tokenized_text
-from packcfg.packing.sources.token_jsonl import JSONL_BLOCK_BYTES, _iter_token_jsonl_fast
+from packcfg.packing.sources.chat import iter_chat_jsonl
+from packcfg.packing.sources.jsonl import jsonl_records
+from packcfg.packing.sources.parquet import iter_parquet
+from packcfg.packing.sources.text import tokenized_text
+from packcfg.packing.sources.token_jsonl import JSONL_BLOCK_BYTES, iter_token_jsonl_fast
 from packcfg.packing.tokenizer import load_tokenizer
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -29,7 +29,7 @@ def detect_format(path: Path) -> str:
     check_input(path, error=PackingError)  # never open a FIFO or a device (it blocks)
     if path.suffix.lower() in PARQUET_SUFFIXES:
         return "parquet"
-    for lineno, obj in _jsonl_records(path):
+    for lineno, obj in jsonl_records(path):
         if "input_ids" in obj:
             return "tokens"
         if "input" in obj or "output" in obj:
@@ -58,21 +58,21 @@ def iter_batches(
     fmt = fmt or detect_format(path)
     workers = workers or threads.READ_WORKERS
     if fmt == "parquet":
-        yield from _iter_parquet(path, batch_size, workers)
+        yield from iter_parquet(path, batch_size, workers)
     elif fmt == "tokens":
-        yield from _iter_token_jsonl_fast(path, batch_size, jsonl_block_bytes or JSONL_BLOCK_BYTES, workers)
+        yield from iter_token_jsonl_fast(path, batch_size, jsonl_block_bytes or JSONL_BLOCK_BYTES, workers)
     elif fmt == "text":
         if tokenizer is None:
             raise PackingError(
                 f"{path}: SFT text (input/output) needs a tokenizer: pass --tokenizer PATH/tokenizer.json"
             )
-        yield from _tokenized_text(path, Path(tokenizer), batch_size)
+        yield from tokenized_text(path, Path(tokenizer), batch_size)
     elif fmt == "chat":
         if tokenizer is None:
             raise PackingError(
                 f"{path}: chat SFT (messages) needs a local tokenizer folder with a chat template: "
                 "pass --tokenizer DIR"
             )
-        yield from _iter_chat_jsonl(path, load_tokenizer(Path(tokenizer)), batch_size)
+        yield from iter_chat_jsonl(path, load_tokenizer(Path(tokenizer)), batch_size)
     else:
         raise PackingError(f"{path}: unknown input format {fmt!r}")

@@ -12,7 +12,7 @@ import numpy as np
 from packcfg.packing.errors import PackingError
 from packcfg.packing.sources import threads
 from packcfg.packing.sources.batch import Batch, label_mask_from_answer_start
-from packcfg.packing.sources.jsonl import _jsonl_records
+from packcfg.packing.sources.jsonl import jsonl_records
 from packcfg.packing.tokenizer import LoadedTokenizer, load_tokenizer
 
 # Small text sources are tokenized once per process: the trainer calls ensure_packed and then
@@ -21,14 +21,14 @@ _TEXT_CACHE: dict[tuple[Any, ...], list[Batch]] = {}
 _TEXT_CACHE_MAX_BYTES = 32 << 20
 
 
-def _tokenized_text(path: Path, tokenizer: Path, batch_size: int) -> Iterator[Batch]:
+def tokenized_text(path: Path, tokenizer: Path, batch_size: int) -> Iterator[Batch]:
     tok = load_tokenizer(tokenizer)
     try:
         st, tt = path.stat(), tok.path.stat()
     except OSError as exc:
         raise PackingError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if st.st_size > _TEXT_CACHE_MAX_BYTES:
-        yield from _iter_text_jsonl(path, tok, batch_size)
+        yield from iter_text_jsonl(path, tok, batch_size)
         return
     key = (
         str(path.resolve()),
@@ -41,7 +41,7 @@ def _tokenized_text(path: Path, tokenizer: Path, batch_size: int) -> Iterator[Ba
     )
     cached = _TEXT_CACHE.get(key)
     if cached is None:
-        cached = list(_iter_text_jsonl(path, tok, batch_size))
+        cached = list(iter_text_jsonl(path, tok, batch_size))
         if len(_TEXT_CACHE) >= 4:
             _TEXT_CACHE.pop(next(iter(_TEXT_CACHE)))
         _TEXT_CACHE[key] = cached
@@ -190,7 +190,7 @@ def _text_rows(path: Path, batch_size: int) -> Iterator[tuple[list[int], list[st
     linenos: list[int] = []
     contexts: list[str] = []
     outputs: list[str] = []
-    for lineno, obj in _jsonl_records(path):
+    for lineno, obj in jsonl_records(path):
         for key in ("input", "output"):
             if key not in obj:
                 raise PackingError(
@@ -210,7 +210,7 @@ def _text_rows(path: Path, batch_size: int) -> Iterator[tuple[list[int], list[st
         yield linenos, contexts, outputs
 
 
-def _iter_text_jsonl(
+def iter_text_jsonl(
     path: Path, tok: LoadedTokenizer, batch_size: int, joint: bool | None = None
 ) -> Iterator[Batch]:
     """Bridge SFT rows as samples: Bridge's default prompt template is "{input} {output}" (the answer follows

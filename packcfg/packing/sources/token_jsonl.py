@@ -15,13 +15,13 @@ from packcfg.packing.sources import threads
 from packcfg.packing.sources.batch import (
     MAX_TOKEN_ID,
     Batch,
-    _make_batch,
-    _slice_batch,
     label_mask_all,
     label_mask_from_answer_start,
     label_mask_from_input_mask,
+    make_batch,
+    slice_batch,
 )
-from packcfg.packing.sources.jsonl import _jsonl_lines
+from packcfg.packing.sources.jsonl import jsonl_lines
 
 
 def _json_value(value: Any) -> str:
@@ -38,7 +38,7 @@ def _bad_id(path: Path, where: str, k: int, value: Any) -> PackingError:
     )
 
 
-def _check_ids(path: Path, where: str, ids: Any, line: str | None = None) -> np.ndarray:
+def check_ids(path: Path, where: str, ids: Any, line: str | None = None) -> np.ndarray:
     """The sample's token ids as an array, or a PackingError naming the file, line, position and value
     (null, true/false, a float, a string, a negative or an id beyond int32 are all refused)."""
     if not isinstance(ids, list) or not ids:
@@ -76,7 +76,7 @@ def _check_ids(path: Path, where: str, ids: Any, line: str | None = None) -> np.
 JSONL_BLOCK_BYTES = 4 << 20
 
 
-def _iter_token_jsonl_fast(
+def iter_token_jsonl_fast(
     path: Path, batch_size: int, block_bytes: int = JSONL_BLOCK_BYTES, workers: int | None = None
 ) -> Iterator[Batch]:
     """Token-id JSONL through pyarrow's JSON reader, block by block (bounded memory), at Parquet speed.
@@ -89,7 +89,7 @@ def _iter_token_jsonl_fast(
         import pyarrow as pa
         import pyarrow.json as pj
     except ImportError:  # pragma: no cover - pyarrow is a dependency of the pack extra
-        yield from _iter_token_jsonl(path, batch_size)
+        yield from iter_token_jsonl(path, batch_size)
         return
     schema = pa.schema(
         [
@@ -140,11 +140,11 @@ def _iter_token_jsonl_fast(
                 break
             batch.first_line = done + 1
             for lo in range(0, len(batch.offsets) - 1, batch_size):
-                yield _slice_batch(batch, lo, lo + batch_size)
+                yield slice_batch(batch, lo, lo + batch_size)
             done += lines
         else:
             return
-    yield from _iter_token_jsonl(path, batch_size, skip=done)
+    yield from iter_token_jsonl(path, batch_size, skip=done)
 
 
 def _token_block(block: bytes, parse: Any, first_line: int, block_bytes: int) -> tuple[Batch | None, int]:
@@ -253,20 +253,20 @@ def _records_batch(
     return Batch(values, offsets, lm, first_line)
 
 
-def _iter_token_jsonl(path: Path, batch_size: int, skip: int = 0) -> Iterator[Batch]:
+def iter_token_jsonl(path: Path, batch_size: int, skip: int = 0) -> Iterator[Batch]:
     """The exact token-id JSONL reader (json.loads per line); `skip`: records already read."""
     ids_list: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     linenos: list[int] = []
     first = 0
-    for lineno, line, obj in _jsonl_lines(path):
+    for lineno, line, obj in jsonl_lines(path):
         if skip:
             skip -= 1
             continue
         where = str(lineno)
         if "input_ids" not in obj:
             raise PackingError(f"{path}:{lineno}: missing 'input_ids'")
-        ids = _check_ids(path, where, obj["input_ids"], line)
+        ids = check_ids(path, where, obj["input_ids"], line)
         n = len(ids)
         if "loss_mask" in obj:
             m = obj["loss_mask"]
@@ -297,7 +297,7 @@ def _iter_token_jsonl(path: Path, batch_size: int, skip: int = 0) -> Iterator[Ba
         masks.append(lm)
         linenos.append(lineno)
         if len(ids_list) >= batch_size:
-            yield _make_batch(ids_list, masks, first, linenos)
+            yield make_batch(ids_list, masks, first, linenos)
             ids_list, masks, linenos = [], [], []
     if ids_list:
-        yield _make_batch(ids_list, masks, first, linenos)
+        yield make_batch(ids_list, masks, first, linenos)
