@@ -25,6 +25,18 @@ RECIPE_OVERRIDE = "++recipe.base="
 BRIDGE_VERSION_OVERRIDE = "++launch.bridge.version="
 
 
+class TypedOverride(str):
+    """An override a flag stands for (`--recipe NAME` is `++recipe.base=NAME`), remembering what the user typed,
+    so that a finding on it is labelled `--recipe NAME (command line)` (`packcfg.core.config.override_source`)."""
+
+    typed: str
+
+    def __new__(cls, text: str, typed: str) -> TypedOverride:
+        word = super().__new__(cls, text)
+        word.typed = typed
+        return word
+
+
 class _AppendOverrides(argparse.Action):
     """Adds to `args.overrides` (the positional KEY=VALUE words and -o/--set share that list)."""
 
@@ -39,7 +51,7 @@ class _Recipe(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
         items = list(getattr(namespace, "overrides", None) or [])
-        items.append(f"{RECIPE_OVERRIDE}{values}")
+        items.append(TypedOverride(f"{RECIPE_OVERRIDE}{values}", f"{option_string} {values}"))
         namespace.overrides = items
 
 
@@ -74,7 +86,7 @@ class _BridgeVersion(argparse.Action):
         except ValueError as exc:
             parser.error(str(exc))
         items = list(getattr(namespace, "overrides", None) or [])
-        items.append(f"{BRIDGE_VERSION_OVERRIDE}{version}")
+        items.append(TypedOverride(f"{BRIDGE_VERSION_OVERRIDE}{version}", f"{option_string} {values}"))
         namespace.overrides = items
 
 

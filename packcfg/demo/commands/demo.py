@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where everything goes (default runs/demo)",
     )  # fmt: skip
     parser.add_argument("-c", "--config", type=Path, metavar="RECIPE", help="experiment YAML (default: the tiny CPU recipe)")  # fmt: skip
-    parser.add_argument("--train-iters", type=int, metavar="N", help="optimizer steps per run (default 12; 4 with --quick)")  # fmt: skip
+    parser.add_argument("--train-iters", type=int, metavar="N", help="optimizer steps per run (default 8; 4 with --quick)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a short run (4 steps per run) to try it out")
     parser.add_argument(
         "--threads",
