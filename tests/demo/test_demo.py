@@ -42,7 +42,7 @@ def _leftovers(parent: Path) -> list[str]:
 
 def _demo_command(out: Path) -> list[str]:
     return [sys.executable, "-m", "packcfg", "demo", "--quick", "--train-iters", str(QUICK_STEPS),
-            "--output-dir", str(out)]  # fmt: skip
+            "--out", str(out)]  # fmt: skip
 
 
 def _restore_sigint() -> None:
@@ -222,7 +222,7 @@ def test_refuses_a_directory_that_is_not_a_demo_output(
     target = tmp_path / "mine"
     target.mkdir()
     (target / "notes.txt").write_text("keep me")
-    assert main(["demo", "--quick", "--output-dir", str(target)]) == 2
+    assert main(["demo", "--quick", "--out", str(target)]) == 2
     assert "not a packcfg demo output" in capsys.readouterr().err
     assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
     assert _leftovers(tmp_path) == []
