@@ -314,7 +314,18 @@ def big_source(tmp_path_factory) -> Path:
 
 def _start_pack(src: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "packcfg", "pack", str(src), "--capacity", "4096", "--parquet", str(out), "-q"],
+        [
+            sys.executable,
+            "-m",
+            "packcfg",
+            "pack",
+            str(src),
+            "--capacity",
+            "4096",
+            "--parquet",
+            str(out),
+            "-q",
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -98,7 +98,9 @@ def test_special_file_inputs_are_refused(work: Path, args: list[str], name: str)
 def test_fifo_beside_the_tokenizer_is_refused(work: Path) -> None:
     os.mkfifo(work / "tok" / "tokenizer_config.json")
     refused(
-        run(["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--parquet", "o.parquet"], work),
+        run(
+            ["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--parquet", "o.parquet"], work
+        ),
         "tokenizer_config.json",
         "FIFO",
     )
@@ -154,7 +156,9 @@ def test_deep_or_huge_metadata_json(packed: Path) -> None:
 def test_unreadable_data_file(work: Path) -> None:
     (work / "data.jsonl").chmod(0)
     try:
-        proc = run(["pack", "data.jsonl", "--capacity", "512", "--parquet", "o.parquet"], work, unprivileged=True)
+        proc = run(
+            ["pack", "data.jsonl", "--capacity", "512", "--parquet", "o.parquet"], work, unprivileged=True
+        )
     finally:
         (work / "data.jsonl").chmod(0o644)
     refused(proc, "data.jsonl", "ermission denied")
@@ -222,7 +226,8 @@ def test_pad_id_outside_the_vocabulary_is_refused(work: Path, pad: str) -> None:
 
 def test_negative_pad_id_without_a_tokenizer(work: Path) -> None:
     refused(
-        run(["pack", "data.jsonl", "--capacity", "512", "--pad-id", "-1", "--parquet", "o.parquet"], work), "-1"
+        run(["pack", "data.jsonl", "--capacity", "512", "--pad-id", "-1", "--parquet", "o.parquet"], work),
+        "-1",
     )
     assert not (work / "o.parquet").exists()
 
@@ -242,7 +247,18 @@ def test_pad_id_at_the_config_vocab_size_is_refused(work: Path) -> None:
 
 def test_valid_pad_id_is_written(work: Path) -> None:
     proc = run(
-        ["pack", "data.jsonl", "--capacity", "512", "--align", "8", "--pad-id", "3", "--parquet", "o.parquet"],
+        [
+            "pack",
+            "data.jsonl",
+            "--capacity",
+            "512",
+            "--align",
+            "8",
+            "--pad-id",
+            "3",
+            "--parquet",
+            "o.parquet",
+        ],
         work,
     )
     assert proc.returncode == 0, proc.stderr
@@ -302,14 +318,34 @@ def test_aligned_rows_fit_their_pack_size(work: Path, algorithm: str, policy: st
 def test_pairs_that_are_all_dropped_are_one_line(work: Path) -> None:
     rows = "".join(json.dumps({"input_ids": list(range(1, 300))}) + "\n" for _ in range(4))
     (work / "long.jsonl").write_text(rows)
-    args = ["pack", "long.jsonl", "--capacity", "64", "--pairs", "--oversize", "drop", "--parquet", "o.parquet"]
+    args = [
+        "pack",
+        "long.jsonl",
+        "--capacity",
+        "64",
+        "--pairs",
+        "--oversize",
+        "drop",
+        "--parquet",
+        "o.parquet",
+    ]
     refused(run(args, work), "dropped all")
     proc = run(["analyze", "long.jsonl", "--capacity", "64", "--pairs", "--oversize", "drop"], work)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and "dropped 4" in proc.stdout  # reported
 
 
 def test_pairs_need_room_for_two(work: Path) -> None:
-    args = ["pack", "data.jsonl", "--capacity", "512", "--pairs", "--max-per-pack", "1", "--parquet", "o.parquet"]
+    args = [
+        "pack",
+        "data.jsonl",
+        "--capacity",
+        "512",
+        "--pairs",
+        "--max-per-pack",
+        "1",
+        "--parquet",
+        "o.parquet",
+    ]
     refused(run(args, work), "max_per_pack 1")
 
 
@@ -319,7 +355,9 @@ def test_pairs_need_room_for_two(work: Path) -> None:
 def test_jsonl_line_nested_past_the_parser(work: Path) -> None:
     (work / "deep.jsonl").write_text('{"input_ids": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     refused(
-        run(["pack", "deep.jsonl", "--capacity", "512", "--parquet", "o.parquet"], work), "deep.jsonl:1", "nested"
+        run(["pack", "deep.jsonl", "--capacity", "512", "--parquet", "o.parquet"], work),
+        "deep.jsonl:1",
+        "nested",
     )
 
 
