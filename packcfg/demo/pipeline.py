@@ -182,9 +182,15 @@ def demo_overrides(base: dict[str, Any], stage: Path, iters: int) -> list[str]:
     scheduler = base.get("scheduler") or {}
     warmup = scheduler.get("lr_warmup_iters", 0)
     warmup = warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0
+    dataset = base.get("dataset") or {}
+    # the specs section as the config spells it (Bridge < 0.6: packed_sequence_specs), never a second one
+    specs = next(
+        (k for k in ("offline_packing_specs", "packed_sequence_specs") if k in dataset),
+        "offline_packing_specs",
+    )
     values: dict[str, Any] = {
-        "dataset.offline_packing_specs.packed_train_data_path": stage / PACKED_DATA,
-        "dataset.offline_packing_specs.packed_metadata_path": stage / PACKED_METADATA,
+        f"dataset.{specs}.packed_train_data_path": stage / PACKED_DATA,
+        f"dataset.{specs}.packed_metadata_path": stage / PACKED_METADATA,
         "train.train_iters": iters,
         # the cosine schedule ends with the run, and warm-up stays a small part of it
         "scheduler.lr_decay_iters": iters,
