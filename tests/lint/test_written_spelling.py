@@ -147,3 +147,22 @@ def test_a_flag_that_stands_for_an_override_keeps_its_spelling() -> None:
     assert label == "--bridge-version 0.6.2 (command line)"
     assert is_override_source(label) and override_words(label) == "--bridge-version 0.6.2"
     assert override_source("+train.x=1") == "+train.x=1 (command line)"
+
+
+def test_schema_findings_name_the_written_section(tmp_path: Path, capsys) -> None:
+    """SC003 (unknown key) and SC002 (wrong type) come from the schema, which reads the normalised config:
+    their messages still say the file's spelling (the specs section, train.eval_micro_batch_size)."""
+    case = Path(__file__).parents[1] / "cases" / "CP203_pad_mult_sp.yaml"
+    text = _legacy(case.read_text()).replace(
+        "    pad_seq_to_mult: 4\n", "    pad_seq_to_mult: 8\n    pad_cu_seqlen: true\n"
+    )
+    text = text.replace("  train_iters: 1500\n", "  train_iters: 1500\n  eval_micro_batch_size: two\n")
+    path = tmp_path / "legacy.yaml"
+    path.write_text(text)
+    found = json.loads(_lint(capsys, path, "json"))
+    [sc003] = [d for d in found if d["code"] == "SC003"]
+    assert sc003["message"].startswith(f"unknown key dataset.{LEGACY}.pad_cu_seqlen in dataset.{LEGACY} ")
+    assert sc003["path"] == f"dataset.{LEGACY}.pad_cu_seqlen"
+    [sc002] = [d for d in found if d["code"] == "SC002"]
+    assert "train.eval_micro_batch_size" in sc002["message"] and "validation." not in sc002["message"], sc002
+    assert sc002["path"] == "train.eval_micro_batch_size"
