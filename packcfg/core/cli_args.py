@@ -140,7 +140,7 @@ def add_merge_arguments(
     legacy_config_file: bool = False,
 ) -> None:
     """`-c FILE` (args.config_files), overrides (args.overrides: positional `KEY=VALUE`s after the config,
-    and `-o`/`--set`/`--override KEY=VALUE`), `--recipe NAME` and `--bridge-version V`, merged in that order over the main config,
+    and `-o`/`--set KEY=VALUE`), `--recipe NAME` and `--bridge-version V`, merged in that order over the main config,
     as `packcfg.core.config.load_config` does. `short_override=False` leaves `-o` to the caller (render);
     `legacy_config_file` keeps `--config-file FILE` (train, export-hf) as a deprecated spelling of `-c FILE`."""
     parser.add_argument(
