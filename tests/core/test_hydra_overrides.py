@@ -110,7 +110,10 @@ def test_a_dict_value_merges_into_a_mapping() -> None:
 def test_override_provenance_names_the_override() -> None:
     located = merge_documents([load_text(BASE, "b.yaml")], ["+train.x=1", "train.micro_batch_size=2"])
     assert located.sources.position(("train", "x")).file == "+train.x=1 (command line)"
-    assert located.sources.position(("train", "micro_batch_size")).file == "train.micro_batch_size=2 (command line)"
+    assert (
+        located.sources.position(("train", "micro_batch_size")).file
+        == "train.micro_batch_size=2 (command line)"
+    )
     assert located.sources.position(("train", "global_batch_size")).file == "b.yaml"
 
 
