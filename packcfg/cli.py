@@ -83,6 +83,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    from packcfg.core.cli_args import start_invocation
+
+    start_invocation()  # each deprecated spelling is warned once per command
     command = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only=command)
     args = parser.parse_args(argv)

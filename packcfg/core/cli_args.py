@@ -7,8 +7,10 @@
 - `--recipe NAME`: merge the files over a Bridge base recipe (`recipe.base`; `packcfg.core.base_recipes`).
 - `--bridge-version V`: the Megatron Bridge release the config targets: the override `++launch.bridge.version=V`
   (lint's advice follows it, `packcfg.core.bridge_version`; so does `launch.engine: bridge`).
-- `--out DIR`: an output folder, wherever a command writes one. `-o` is never an output folder (`render -o DIR`
-  still works for one release, with a deprecation line on stderr).
+- `--out DIR`: an output folder, wherever a command writes one (`render`, `launch`, `train`, `pack`, `demo`,
+  `export-hf`); `--output FILE`: a report file (`lint`, `schema`). `-o` is never an output folder.
+- Deprecated spellings keep working for one release; each is warned once per invocation, one line on stderr
+  naming the new spelling (`warn_deprecated`), and listed in CHANGELOG.md.
 
 Standard library only: the CLI imports every command module to build its parser.
 """
@@ -23,6 +25,60 @@ from typing import Any
 
 RECIPE_OVERRIDE = "++recipe.base="
 BRIDGE_VERSION_OVERRIDE = "++launch.bridge.version="
+
+_warned: set[str] = set()
+
+
+def start_invocation() -> None:
+    """A new command: deprecation lines may be shown again (`packcfg.cli.main` calls this first)."""
+    _warned.clear()
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """One line on stderr naming the new spelling, once per invocation. The ranks a command starts itself
+    (`train` under torchrun: RANK is set) do not repeat what the user's own process already said."""
+    if old in _warned or "RANK" in os.environ:
+        return
+    _warned.add(old)
+    print(f"packcfg: warning: {old} is deprecated, use {new} (see CHANGELOG.md)", file=sys.stderr)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: stores (or appends) like the new one, after `warn_deprecated`."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "", append: bool = False, **kwargs: Any) -> None:  # fmt: skip
+        self.new, self.append = new, append
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        warn_deprecated(str(option_string), self.new)
+        if self.append:
+            items = list(getattr(namespace, self.dest, None) or [])
+            items.append(values)
+            values = items
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated_alias(
+    parser: argparse.ArgumentParser, old: str, *, dest: str, new: str, append: bool = False, **kwargs: Any
+) -> None:
+    """`old` still works as `new` (hidden from --help; warned once per invocation)."""
+    parser.add_argument(
+        old, dest=dest, action=_DeprecatedAlias, new=new, append=append, default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS, **kwargs,
+    )  # fmt: skip
+
+
+class TypedOverride(str):
+    """An override a flag stands for (`--recipe NAME` is `++recipe.base=NAME`), remembering what the user typed,
+    so that a finding on it is labelled `--recipe NAME (command line)` (`packcfg.core.config.override_source`)."""
+
+    typed: str
+
+    def __new__(cls, text: str, typed: str) -> TypedOverride:
+        word = super().__new__(cls, text)
+        word.typed = typed
+        return word
 
 
 class _AppendOverrides(argparse.Action):
@@ -39,7 +95,7 @@ class _Recipe(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
         items = list(getattr(namespace, "overrides", None) or [])
-        items.append(f"{RECIPE_OVERRIDE}{values}")
+        items.append(TypedOverride(f"{RECIPE_OVERRIDE}{values}", f"{option_string} {values}"))
         namespace.overrides = items
 
 
@@ -54,10 +110,8 @@ class _OverrideOrDeprecatedOut(argparse.Action):
             items.append(values)
             namespace.overrides = items
             return
-        print(
-            f"packcfg: warning: `{option_string} DIR` for the output folder is deprecated and will be removed in "
-            f"the next release; use `--out {values}` (-o means an override, KEY=VALUE, in every command)",
-            file=sys.stderr,
+        warn_deprecated(
+            f"`{option_string} DIR` for the output folder", "`--out DIR` (-o is an override, KEY=VALUE)"
         )
         setattr(namespace, self.dest, values)
 
@@ -74,22 +128,24 @@ class _BridgeVersion(argparse.Action):
         except ValueError as exc:
             parser.error(str(exc))
         items = list(getattr(namespace, "overrides", None) or [])
-        items.append(f"{BRIDGE_VERSION_OVERRIDE}{version}")
+        items.append(TypedOverride(f"{BRIDGE_VERSION_OVERRIDE}{version}", f"{option_string} {values}"))
         namespace.overrides = items
 
 
 def add_merge_arguments(
     parser: argparse.ArgumentParser,
     *,
-    config_flags: tuple[str, ...] = ("-c", "--config"),
     positional: bool = True,
     short_override: bool = True,
+    legacy_config_file: bool = False,
 ) -> None:
     """`-c FILE` (args.config_files), overrides (args.overrides: positional `KEY=VALUE`s after the config,
-    and `-o`/`--set`/`--override KEY=VALUE`), `--recipe NAME` and `--bridge-version V`, merged in that order over the main config,
-    as `packcfg.core.config.load_config` does. `short_override=False` leaves `-o` to the caller (render)."""
+    and `-o`/`--set KEY=VALUE`), `--recipe NAME` and `--bridge-version V`, merged in that order over the main config,
+    as `packcfg.core.config.load_config` does. `short_override=False` leaves `-o` to the caller (render);
+    `legacy_config_file` keeps `--config-file FILE` (train, export-hf) as a deprecated spelling of `-c FILE`."""
     parser.add_argument(
-        *config_flags,
+        "-c",
+        "--config",
         dest="config_files",
         action="append",
         default=[],
@@ -106,7 +162,7 @@ def add_merge_arguments(
             help="overrides in Hydra's grammar, applied last: KEY=VALUE, +KEY=VALUE (add), ++KEY=VALUE "
             "(add or replace), ~KEY (delete); values like 1e-4, [1,2], {a: 1}, null",
         )
-    flags = ("-o", "--set", "--override") if short_override else ("--set", "--override")
+    flags = ("-o", "--set") if short_override else ("--set",)
     parser.add_argument(
         *flags,
         dest="overrides",
@@ -114,6 +170,9 @@ def add_merge_arguments(
         metavar="KEY=VALUE",
         help="one override (same grammar as the positional ones; repeatable)",
     )
+    add_deprecated_alias(parser, "--override", dest="overrides", new="--set KEY=VALUE", append=True)
+    if legacy_config_file:  # Megatron Bridge's scripts spell the config --config-file
+        add_deprecated_alias(parser, "--config-file", dest="config_files", new="-c FILE", append=True)
     parser.add_argument(
         "--recipe",
         action=_Recipe,
@@ -144,13 +203,15 @@ def add_deprecated_out(parser: argparse.ArgumentParser, dest: str) -> None:
 
 def add_out_argument(
     parser: argparse.ArgumentParser,
-    *aliases: str,
+    *deprecated: str,
     dest: str = "out_dir",
     help: str = "output folder",  # noqa: A002
     **kwargs: Any,
 ) -> None:
-    """`--out DIR`, the one spelling of an output folder (older spellings kept as aliases)."""
-    parser.add_argument("--out", *aliases, dest=dest, metavar="DIR", help=help, **kwargs)
+    """`--out DIR`, the one spelling of an output folder; older spellings work, warned (`add_deprecated_alias`)."""
+    parser.add_argument("--out", dest=dest, metavar="DIR", help=help, **kwargs)
+    for old in deprecated:
+        add_deprecated_alias(parser, old, dest=dest, new="--out DIR", type=kwargs.get("type"), metavar="DIR")
 
 
 def split_paths_and_overrides(words: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -33,16 +33,24 @@ class ConfigError(Exception):
     """A config that cannot be loaded; the message names the file, line and value."""
 
 
-OVERRIDE_PREFIX = "<-o "
-"""Pseudo file name of an `-o` override: `<-o train.micro_batch_size=1>` line 1, column 1."""
+COMMAND_LINE = " (command line)"
+"""Pseudo file name of a command-line override: the word as the user typed it, then this, e.g.
+`train.micro_batch_size=4 (command line)`, line 1, column 1."""
 
 
 def override_source(text: str) -> str:
-    return f"{OVERRIDE_PREFIX}{text}>"
+    """Where an override was set, as the user typed it: a flag that stands for an override (`--recipe NAME`,
+    `--bridge-version V`, `--engine E`; `packcfg.core.cli_args.TypedOverride`) keeps its own spelling."""
+    return f"{getattr(text, 'typed', text)}{COMMAND_LINE}"
 
 
 def is_override_source(file: str) -> bool:
-    return file.startswith(OVERRIDE_PREFIX) and file.endswith(">")
+    return file.endswith(COMMAND_LINE)
+
+
+def override_words(file: str) -> str:
+    """The override as typed, from its pseudo file name (`override_source`)."""
+    return file[: -len(COMMAND_LINE)] if is_override_source(file) else file
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:

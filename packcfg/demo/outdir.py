@@ -6,7 +6,7 @@ moved aside first and deleted after). An interrupted or failed run deletes its s
 outright leaves it behind, and the next run removes it once its process id is gone.
 
 Only a previous demo output (or an empty directory) is replaced: any other existing path is refused, so
-`--output-dir .` can never delete a user's files.
+`--out .` can never delete a user's files.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ def check_replaceable(target: Path) -> None:
     if not target.exists() and not target.is_symlink():
         return
     if target.is_symlink() or not target.is_dir():
-        raise OutputDirError(f"{target} exists and is not a directory; choose another --output-dir")
+        raise OutputDirError(f"{target} exists and is not a directory; choose another --out")
     if any(target.iterdir()) and not is_demo_output(target):
         raise OutputDirError(
             f"{target} exists and is not a packcfg demo output (no {SUMMARY_NAME} written by "
-            "packcfg demo); choose another --output-dir or remove it"
+            "packcfg demo); choose another --out or remove it"
         )
 
 

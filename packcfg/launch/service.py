@@ -98,13 +98,13 @@ def _where(located: Any, path: Sequence[str]) -> str:
     """Where the setting at `path` was made: `file:line:col` (a config file, or a base recipe's snapshot
     `<bridge recipe NAME>:line:col`), or `command line: KEY=VALUE` for an override (`-o`, `--set` or a
     positional `KEY=VALUE`); "" when nothing set it (a default)."""
-    from packcfg.core.config import OVERRIDE_PREFIX, is_override_source
+    from packcfg.core.config import is_override_source, override_words
 
     pos = located.sources.exact(tuple(path))
     if pos is None:
         return ""
     if is_override_source(pos.file):
-        return f"command line: {pos.file[len(OVERRIDE_PREFIX) : -1]}"
+        return f"command line: {override_words(pos.file)}"
     return f"{pos.file}:{pos.line}:{pos.column}"
 
 

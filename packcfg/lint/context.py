@@ -18,6 +18,11 @@ _MISSING: Any = object()
 class SourceMap(Protocol):
     """Positions of the keys of a merged config (built by the loader, with override provenance)."""
 
+    def spelled(self, path: ConfigPath, *, skip: int = 0) -> str:
+        """`path` dotted as the user spelled it (`skip` drops leading sections): messages name keys this way, so
+        a file that says `packed_sequence_specs` never reads `offline_packing_specs` back."""
+        return ".".join(self.written_path(path)[skip:])
+
     def position(self, path: ConfigPath) -> Position:
         """Where `path` was set; for a missing key, its nearest present parent section."""
         ...
@@ -54,6 +59,11 @@ class RuleContext:
     def written_path(self, path: ConfigPath) -> ConfigPath:
         """The path as the user spelled it (a legacy key maps back to where it was written)."""
         return written_path(path, self.renamed)
+
+    def spelled(self, path: ConfigPath, *, skip: int = 0) -> str:
+        """`path` dotted as the user spelled it (`skip` drops leading sections): messages name keys this way, so
+        a file that says `packed_sequence_specs` never reads `offline_packing_specs` back."""
+        return ".".join(self.written_path(path)[skip:])
 
     def position(self, path: ConfigPath) -> Position:
         return self.sources.position(self.written_path(path))

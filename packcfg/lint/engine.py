@@ -248,7 +248,7 @@ def _run_rules(
                 severity=finding.severity,
                 hint=finding.hint,
                 fix=fix,
-                path=".".join(finding.at),
+                path=".".join(ctx.written_path(tuple(finding.at))),  # the key as the user spelled it
             )
         )
     return out

@@ -18,7 +18,14 @@ from typing import Any
 
 from packcfg.core.atomic import OutputRefused, atomic_path
 from packcfg.core.base_recipes import is_base_source
-from packcfg.core.config import ConfigError, is_override_source, load_document, merge_documents, tree_at
+from packcfg.core.config import (
+    ConfigError,
+    is_override_source,
+    load_document,
+    merge_documents,
+    override_words,
+    tree_at,
+)
 from packcfg.core.diagnostics import Diagnostic, Edit
 from packcfg.core.yamlsource import YamlDocument, load_bytes
 from packcfg.lint.settings import Settings
@@ -872,13 +879,16 @@ def _refusal(d: Diagnostic, blocked: str, placed: Sequence[tuple[Edit, str]], so
     """What would have to change, and where: the fix is left to the user as a whole."""
     assert d.fix is not None
     if is_override_source(blocked):
-        why = f"part of it is on the command line ({blocked[1:-1]})"
+        why = f"part of it is on the command line ({override_words(blocked)})"
     else:
         why = f"part of it is in {blocked}, which other experiments in this run share"
     where = []
     for edit, target in placed:
         at = sources.exact(tuple(edit.path))
-        spot = f"{at.file}:{at.line}" if at is not None and not is_override_source(at.file) else target
+        if at is not None and not is_override_source(at.file):
+            spot = f"{at.file}:{at.line}"
+        else:
+            spot = f"command line: {override_words(target)}" if is_override_source(target) else target
         where.append(f"{'.'.join(edit.path)} ({spot})")
     return f"{d.code}: not fixed: {why}; change all of it together: {d.fix.description} [{', '.join(where)}]"
 

@@ -186,9 +186,10 @@ def save_dist_checkpoint(
         shape=_shape_fields(model),
         packcfg_format="torch_dist",
     )
-    save_rank_rng(tmp, layout.rank)
     with cpu_checkpointing():
         dist_checkpointing.save(state, str(tmp), sharded_strategy=_sync_save_strategy())
+    # after the save: megatron-core warns "Overwriting old incomplete / corrupted checkpoint" into a non-empty folder
+    save_rank_rng(tmp, layout.rank)
     barrier()
     if layout.is_main:
         if final.exists():

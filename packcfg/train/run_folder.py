@@ -72,7 +72,7 @@ def prepare_run_folder(
     if not force:
         raise RunFolderError(
             f"the run folder holds another run's results ({shown}); pass --resume to continue that run, "
-            "--force to start fresh (removes them), or set checkpoint.save / --output-dir elsewhere"
+            "--force to start fresh (removes them), or set checkpoint.save / --out elsewhere"
         )
     for path in found:
         if path.is_dir() and not path.is_symlink():

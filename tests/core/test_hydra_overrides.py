@@ -109,8 +109,11 @@ def test_a_dict_value_merges_into_a_mapping() -> None:
 
 def test_override_provenance_names_the_override() -> None:
     located = merge_documents([load_text(BASE, "b.yaml")], ["+train.x=1", "train.micro_batch_size=2"])
-    assert located.sources.position(("train", "x")).file == "<-o +train.x=1>"
-    assert located.sources.position(("train", "micro_batch_size")).file == "<-o train.micro_batch_size=2>"
+    assert located.sources.position(("train", "x")).file == "+train.x=1 (command line)"
+    assert (
+        located.sources.position(("train", "micro_batch_size")).file
+        == "train.micro_batch_size=2 (command line)"
+    )
     assert located.sources.position(("train", "global_batch_size")).file == "b.yaml"
 
 
@@ -147,7 +150,7 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 def test_lint_positional_overrides(exp: Path, capsys) -> None:
     code, out, err = run(["lint", str(exp), "train.micro_batch_size=2"], capsys)
-    assert code == 1 and "<-o train.micro_batch_size=2>:1:1: PK110" in out, out + err
+    assert code == 1 and "train.micro_batch_size=2 (command line): PK110" in out, out + err
     code, out, err = run(["lint", str(exp), "+train.micro_batch_size=2"], capsys)
     assert code == 2 and err.count("\n") == 1 and "could not add" in err
     code, out, _ = run(["lint", str(exp), "++train.micro_batch_size=2", "--format", "json"], capsys)

@@ -42,7 +42,7 @@ def _leftovers(parent: Path) -> list[str]:
 
 def _demo_command(out: Path) -> list[str]:
     return [sys.executable, "-m", "packcfg", "demo", "--quick", "--train-iters", str(QUICK_STEPS),
-            "--output-dir", str(out)]  # fmt: skip
+            "--out", str(out)]  # fmt: skip
 
 
 def _restore_sigint() -> None:
@@ -222,7 +222,7 @@ def test_refuses_a_directory_that_is_not_a_demo_output(
     target = tmp_path / "mine"
     target.mkdir()
     (target / "notes.txt").write_text("keep me")
-    assert main(["demo", "--quick", "--output-dir", str(target)]) == 2
+    assert main(["demo", "--quick", "--out", str(target)]) == 2
     assert "not a packcfg demo output" in capsys.readouterr().err
     assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
     assert _leftovers(tmp_path) == []
@@ -275,3 +275,22 @@ def test_overrides_keep_every_written_path_under_the_stage(tmp_path: Path) -> No
         assert Path(value).is_relative_to(tmp_path / "stage dir: #1")
     assert config["train"]["train_iters"] == config["scheduler"]["lr_decay_iters"] == 7
     assert config["scheduler"]["lr_warmup_iters"] <= 7 // 5
+
+
+def test_overrides_follow_the_configs_own_specs_spelling(tmp_path: Path) -> None:
+    """A recipe in Bridge < 0.6's spelling keeps one specs section: the demo's paths go into it."""
+    from packcfg.core.config import load_config
+    from packcfg.resources import tiny_recipe
+
+    legacy = tmp_path / "legacy.yaml"
+    legacy.write_text(
+        tiny_recipe()
+        .read_text()
+        .replace("  enable_offline_packing: true\n", "")
+        .replace("offline_packing_specs:", "packed_sequence_specs:")
+    )
+    config = load_config([legacy], demo_overrides(load_config([legacy]), tmp_path / "stage", 3))
+    assert "offline_packing_specs" not in config["dataset"]
+    specs = config["dataset"]["packed_sequence_specs"]
+    assert Path(specs["packed_train_data_path"]).is_relative_to(tmp_path / "stage")
+    assert specs["packed_sequence_size"] == 512  # the rest of the section as written

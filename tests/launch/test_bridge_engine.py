@@ -281,7 +281,7 @@ def test_packcfg_engine_bundle_has_no_overlay() -> None:
     config["launch"]["engine"] = "packcfg"
     bundle = render_bundle(config)
     assert "bridge_overlay.yaml" not in bundle.files
-    assert "launchers/train.py config.yaml --output-dir output" in bundle.files["torchrun.sh"].decode()
+    assert "launchers/train.py config.yaml --out output" in bundle.files["torchrun.sh"].decode()
 
 
 def test_engine_flag_and_byte_for_byte(tmp_path: Path) -> None:

@@ -472,13 +472,13 @@ def no_launch_section(tmp_path: Path, **model: object) -> Path:
 
 
 def test_backend_flag_is_not_an_override_line(tmp_path: Path) -> None:
-    """Old: `<-o launch.backend=slurm>:1:1: PL601 world size 1`, an error plain lint never showed."""
+    """Old: `launch.backend=slurm (command line): PL601 world size 1`, an error plain lint never showed."""
     config = no_launch_section(tmp_path, tensor_model_parallel_size=2)
     assert not [d for d in lint_config([config]) if d.severity.value == "error"]  # plain lint: clean
     out = packcfg(
         "launch", str(config), "--backend", "slurm", "--dry-run", "--state-dir", str(tmp_path / "s")
     )
-    assert "<-o launch.backend" not in out.stdout + out.stderr and "PL601" not in out.stdout
+    assert "launch.backend=slurm (command line)" not in out.stdout + out.stderr and "PL601" not in out.stdout
     assert out.returncode == 2
     line = config.read_text().splitlines().index("  tensor_model_parallel_size: 2") + 1
     assert out.stderr.startswith("packcfg: --backend slurm: the job would start 1 process(es)")
@@ -505,7 +505,7 @@ def test_world_size_from_the_config_is_located_in_the_file(tmp_path: Path) -> No
     with pytest.raises(service.GateRefused) as err:
         service.gate_and_render([config], ["launch.gpus_per_node=3"], backend="slurm")
     (pl601,) = [d for d in err.value.gate.blocking if d.code == "PL601"]
-    assert pl601.file == "<-o launch.gpus_per_node=3>"  # an override the user did write
+    assert pl601.file == "launch.gpus_per_node=3 (command line)"  # an override the user did write
 
 
 # --- 5. signals: launch --backend local forwards SIGTERM/SIGINT to the whole job --------------------

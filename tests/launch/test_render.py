@@ -112,7 +112,7 @@ def test_four_node_sbatch_line_by_line(four_node: Path) -> None:
         "  --rdzv-backend=c10d \\",
         '  --rdzv-endpoint="$head_node:$rdzv_port" \\',
         '  --rdzv-id="$SLURM_JOB_ID" \\',
-        "  launchers/train.py config.yaml --output-dir output",
+        "  launchers/train.py config.yaml --out output",
     ]
     assert f"config sha256:{manifest['config_sha256']}" in "\n".join(lines)
 
@@ -178,7 +178,7 @@ def test_four_node_runs_one_torchrun_per_node_as_executed(four_node: Path, harne
         "--rdzv-id=4242",
         "launchers/train.py",
         "config.yaml",
-        "--output-dir",
+        "--out",
         "output",
     ]
     assert srun["env"]["NCCL_DEBUG"] == "WARN"
@@ -203,7 +203,7 @@ def test_torchrun_script_single_node(tmp_path: Path, harness) -> None:
         "--nproc-per-node=2",
         "launchers/train.py",
         "config.yaml",
-        "--output-dir",
+        "--out",
         "output",
     ]
     assert calls[1]["cwd"] == str(directory)

@@ -94,7 +94,7 @@ def test_config_files_without_paths_lint_one_merged_experiment(warn_rule, tmp_pa
     (item,) = json.loads(out)
     assert item["file"] == str(over) and item["line"] == 2
     code, out, _ = _run(["lint", "-c", str(base), "-o", "train.warn_me=2", "--select", "ZZ950"], capsys)
-    assert "<-o train.warn_me=2>:1:1: ZZ950" in out
+    assert "train.warn_me=2 (command line): ZZ950" in out
 
 
 @pytest.mark.parametrize(

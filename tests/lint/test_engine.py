@@ -145,7 +145,7 @@ def test_lint_config_merges_files_and_points_at_the_setter(fake_rules, tmp_path:
     (d,) = engine.lint_config([base, over], settings=_only("ZZ901"))
     assert (d.file, d.line, d.message) == (str(over), 2, "MBS is 2")
     (d,) = engine.lint_config([base, over], ["train.micro_batch_size=3"], settings=_only("ZZ901"))
-    assert d.file == "<-o train.micro_batch_size=3>" and d.message == "MBS is 3"
+    assert d.file == "train.micro_batch_size=3 (command line)" and d.message == "MBS is 3"
     (d,) = engine.lint_file(base, config_files=[over], settings=_only("ZZ901"))
     assert d.file == str(over)
 

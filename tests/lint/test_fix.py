@@ -172,7 +172,8 @@ def test_fix_refuses_values_from_the_command_line(fixable, tmp_path: Path, capsy
     code = main(["lint", str(path), "--select", "ZZ961", "-o", "train.micro_batch_size=4", "--fix"])
     err = capsys.readouterr().err
     assert code == 1
-    assert "ZZ961: not fixed: part of it is on the command line (-o train.micro_batch_size=4)" in err
+    assert "ZZ961: not fixed: part of it is on the command line (train.micro_batch_size=4)" in err
+    assert "[train.micro_batch_size (command line: train.micro_batch_size=4)]" in err
     assert path.read_text() == original
 
 

@@ -47,8 +47,10 @@ def test_dotted_override_has_a_pseudo_position(tmp_path: Path) -> None:
     assert located.data["train"]["micro_batch_size"] == 1
     assert located.data["model"] == {"new": {"deep": [1, 2]}}
     pos = located.sources.position(("train", "micro_batch_size"))
-    assert (pos.file, pos.line, pos.column) == ("<-o train.micro_batch_size=1>", 1, 1)
-    assert located.sources.position(("model", "new", "deep", "1")).file == "<-o model.new.deep=[1, 2]>"
+    assert (pos.file, pos.line, pos.column) == ("train.micro_batch_size=1 (command line)", 1, 1)
+    assert (
+        located.sources.position(("model", "new", "deep", "1")).file == "model.new.deep=[1, 2] (command line)"
+    )
     # the loaded document's own tree is not changed by the override
     assert located.documents[0].positions["train"].children["micro_batch_size"].line == 2
 

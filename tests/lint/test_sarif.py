@@ -47,7 +47,7 @@ def test_sarif_log_is_valid_and_complete(tmp_path: Path, monkeypatch) -> None:
             path="a.b",
             fix=Fix("d", (Edit("set", ("a", "b"), 1),)),
         ),
-        Diagnostic("SC001", Severity.INFO, "i", "<-o train.micro_batch_size=4>", 1, 1),
+        Diagnostic("SC001", Severity.INFO, "i", "train.micro_batch_size=4 (command line)", 1, 1),
     ]
     log = json.loads(get_reporter("sarif")(diags, ["recipes/a.yaml", "recipes/b.yaml"]))
     _validate(log)
@@ -66,7 +66,7 @@ def test_sarif_log_is_valid_and_complete(tmp_path: Path, monkeypatch) -> None:
     assert ids[first["ruleIndex"]] == "SC001"
     assert second["level"] == "warning" and second["properties"]["fix"]["edits"][0]["path"] == "a.b"
     assert third["level"] == "note" and "locations" not in third
-    assert "train.micro_batch_size=4" in third["message"]["text"]
+    assert third["message"]["text"] == "i (set on the command line: train.micro_batch_size=4)"
 
 
 def test_sarif_of_a_real_lint_run_is_valid(tmp_path: Path, monkeypatch) -> None:

@@ -98,7 +98,7 @@ def test_verify_detects_violations(tmp_path, capsys):
         "--capacity",
         "200",
         "-q",
-        "--out",
+        "--parquet",
         str(tmp_path / "p.parquet"),
         "--metadata",
         str(tmp_path / "metadata.json"),

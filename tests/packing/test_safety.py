@@ -51,7 +51,7 @@ def temps(folder: Path) -> list[str]:
 # --------------------------------------------------------------------------- outputs vs inputs
 
 
-@pytest.mark.parametrize("flag", ["--out", "--metadata"])
+@pytest.mark.parametrize("flag", ["--parquet", "--metadata"])
 def test_output_equal_to_the_source_is_refused(tmp_path, capsys, src, flag):
     before = src.read_bytes()
     rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", flag, src)
@@ -68,7 +68,7 @@ def test_output_through_a_symlink_or_hard_link_to_the_source_is_refused(tmp_path
     hard = tmp_path / "hard.parquet"
     os.link(src, hard)
     for out in (link, hard):
-        rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--out", out)
+        rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--parquet", out)
         assert rc == 2 and "input of this command" in one_line(err)
     assert src.read_bytes() == before and link.is_symlink()
 
@@ -77,7 +77,7 @@ def test_parquet_source_packed_onto_itself_is_refused(tmp_path, capsys):
     path = tmp_path / "s.parquet"
     pq.write_table(pa.table({"input_ids": pa.array([[1, 2, 3]] * 5, pa.list_(pa.int32()))}), path)
     before = path.read_bytes()
-    rc, _, err = run_cli(capsys, "pack", path, "--capacity", "16", "--out", path)
+    rc, _, err = run_cli(capsys, "pack", path, "--capacity", "16", "--parquet", path)
     assert rc == 2 and "input of this command" in one_line(err) and path.read_bytes() == before
 
 
@@ -85,14 +85,14 @@ def test_output_equal_to_the_config_or_the_other_output_is_refused(tmp_path, cap
     cfg = tmp_path / "exp.yaml"
     cfg.write_bytes(tiny_recipe.read_bytes())
     before = cfg.read_bytes()
-    for flag in ("--out", "--metadata"):
+    for flag in ("--parquet", "--metadata"):
         rc, _, err = run_cli(
             capsys, "pack", cfg, flag, cfg, "-o", f"dataset.dataset_root={_root(tiny_recipe)}"
         )
         assert rc == 2 and "exp.yaml" in one_line(err) and "input of this command" in err
     assert cfg.read_bytes() == before
     same = tmp_path / "x.parquet"
-    rc, _, err = run_cli(capsys, "pack", tiny_recipe, "--out", same, "--metadata", same)
+    rc, _, err = run_cli(capsys, "pack", tiny_recipe, "--parquet", same, "--metadata", same)
     assert rc == 2 and "x.parquet" in one_line(err)
     assert not same.exists()
 
@@ -109,7 +109,7 @@ def test_out_through_a_symlink_is_refused_and_the_link_kept(tmp_path, capsys, sr
     target.write_bytes(b"precious")
     link = tmp_path / "out.parquet"
     link.symlink_to(target)
-    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--out", link)
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--parquet", link)
     assert rc == 2 and "symlink" in one_line(err) and "out.parquet" in err
     assert link.is_symlink() and target.read_bytes() == b"precious"
 
@@ -117,11 +117,11 @@ def test_out_through_a_symlink_is_refused_and_the_link_kept(tmp_path, capsys, sr
 def test_out_to_a_special_file_is_refused(tmp_path, capsys, src):
     fifo = tmp_path / "pipe.parquet"
     os.mkfifo(fifo)
-    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--out", fifo)
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--parquet", fifo)
     assert rc == 2 and "FIFO" in one_line(err)
     assert fifo.exists() and not fifo.is_file()
     if os.path.exists("/dev/full"):
-        rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--out", "/dev/full")
+        rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--parquet", "/dev/full")
         assert rc == 2 and "/dev/full" in one_line(err) and "character device" in err
         assert not Path("/dev/full").is_file()
     rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--metadata", "/dev/null")
@@ -137,14 +137,14 @@ def test_a_packed_file_packcfg_did_not_write_needs_force(tmp_path, capsys, src):
     theirs = pa.table({"input_ids": pa.array([[7, 7, 7]], pa.list_(pa.int32()))})
     pq.write_table(theirs, out)
     before = out.read_bytes()
-    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--out", out)
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--parquet", out)
     line = one_line(err)
     assert rc == 2 and "packed.parquet" in line and "not written by packcfg" in line and "--force" in line
     assert out.read_bytes() == before
-    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--out", out, "--force", "-q")
+    rc, _, err = run_cli(capsys, "pack", src, "--capacity", "128", "--parquet", out, "--force", "-q")
     assert rc == 0, err
     # now it is ours: a changed setting repacks without --force
-    rc, out_text, err = run_cli(capsys, "pack", src, "--capacity", "256", "--out", out)
+    rc, out_text, err = run_cli(capsys, "pack", src, "--capacity", "256", "--parquet", out)
     assert rc == 0 and "packed" in out_text, err
 
 
@@ -314,7 +314,18 @@ def big_source(tmp_path_factory) -> Path:
 
 def _start_pack(src: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "packcfg", "pack", str(src), "--capacity", "4096", "--out", str(out), "-q"],
+        [
+            sys.executable,
+            "-m",
+            "packcfg",
+            "pack",
+            str(src),
+            "--capacity",
+            "4096",
+            "--parquet",
+            str(out),
+            "-q",
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -375,7 +386,7 @@ def test_a_killed_packs_leftovers_are_removed_by_the_next_run(tmp_path, big_sour
             str(big_source),
             "--capacity",
             "4096",
-            "--out",
+            "--parquet",
             str(out),
             "-q",
         ],

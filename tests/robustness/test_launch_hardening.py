@@ -680,7 +680,7 @@ def test_lint_locates_each_value_where_it_was_set(tmp_path: Path) -> None:
     extra.write_text("train:\n  micro_batch_size: 2\n")
     assert located([str(path), str(extra)]) == [("PK110", str(extra), 2, 3)]
     assert located([str(path)], ["train.global_batch_size=9"]) == [
-        ("PL602", "<-o train.global_batch_size=9>", 1, 1)
+        ("PL602", "train.global_batch_size=9 (command line)", 1, 1)
     ]
     # A value nobody set (gpus_per_node: default 1) is reported at the section the user wrote.
     no_gpn = copy.deepcopy(config)
@@ -691,4 +691,4 @@ def test_lint_locates_each_value_where_it_was_set(tmp_path: Path) -> None:
     # The CLI prints the same places, positional overrides included.
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     out = packcfg("lint", str(path), "train.global_batch_size=9")
-    assert out.returncode == 1 and "<-o train.global_batch_size=9>:1:1" in out.stdout, out.stdout
+    assert out.returncode == 1 and "train.global_batch_size=9 (command line): PL602" in out.stdout, out.stdout

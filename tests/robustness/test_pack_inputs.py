@@ -57,14 +57,14 @@ def work(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "args, name",
     [
-        (["pack", "/dev/zero", "--capacity", "512", "--out", "o.parquet"], "/dev/zero"),
+        (["pack", "/dev/zero", "--capacity", "512", "--parquet", "o.parquet"], "/dev/zero"),
         (["analyze", "/dev/zero", "--capacity", "512"], "/dev/zero"),
         (
-            ["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "/dev/zero", "--out", "o.parquet"],
+            ["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "/dev/zero", "--parquet", "o.parquet"],
             "/dev/zero",
         ),
         (["verify", "/dev/zero"], "/dev/zero"),
-        (["pack", "pipe.jsonl", "--capacity", "512", "--out", "o.parquet"], "pipe.jsonl"),
+        (["pack", "pipe.jsonl", "--capacity", "512", "--parquet", "o.parquet"], "pipe.jsonl"),
         (["analyze", "pipe.jsonl", "--capacity", "512"], "pipe.jsonl"),
         (["verify", "pipe.jsonl"], "pipe.jsonl"),
         (["pack", "pipe.yaml"], "pipe.yaml"),
@@ -98,7 +98,9 @@ def test_special_file_inputs_are_refused(work: Path, args: list[str], name: str)
 def test_fifo_beside_the_tokenizer_is_refused(work: Path) -> None:
     os.mkfifo(work / "tok" / "tokenizer_config.json")
     refused(
-        run(["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--out", "o.parquet"], work),
+        run(
+            ["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--parquet", "o.parquet"], work
+        ),
         "tokenizer_config.json",
         "FIFO",
     )
@@ -107,7 +109,7 @@ def test_fifo_beside_the_tokenizer_is_refused(work: Path) -> None:
 
 @pytest.fixture
 def packed(work: Path) -> Path:
-    proc = run(["pack", "data.jsonl", "--capacity", "512", "--out", "o.parquet", "-q"], work)
+    proc = run(["pack", "data.jsonl", "--capacity", "512", "--parquet", "o.parquet", "-q"], work)
     assert proc.returncode == 0, proc.stderr
     return work / "o.parquet"
 
@@ -130,7 +132,7 @@ def test_verify_special_metadata_or_source(packed: Path, extra: list[str]) -> No
 def test_symlink_loop_as_data_file(work: Path) -> None:
     os.symlink("loop.jsonl", work / "loop.jsonl")
     refused(
-        run(["pack", "loop.jsonl", "--capacity", "512", "--out", "o.parquet"], work),
+        run(["pack", "loop.jsonl", "--capacity", "512", "--parquet", "o.parquet"], work),
         "loop.jsonl",
         "symlink loop",
     )
@@ -154,7 +156,9 @@ def test_deep_or_huge_metadata_json(packed: Path) -> None:
 def test_unreadable_data_file(work: Path) -> None:
     (work / "data.jsonl").chmod(0)
     try:
-        proc = run(["pack", "data.jsonl", "--capacity", "512", "--out", "o.parquet"], work, unprivileged=True)
+        proc = run(
+            ["pack", "data.jsonl", "--capacity", "512", "--parquet", "o.parquet"], work, unprivileged=True
+        )
     finally:
         (work / "data.jsonl").chmod(0o644)
     refused(proc, "data.jsonl", "ermission denied")
@@ -167,7 +171,7 @@ def test_output_in_a_read_only_folder(work: Path) -> None:
     ro.chmod(0o555)
     try:
         proc = run(
-            ["pack", "data.jsonl", "--capacity", "512", "--out", "ro/o.parquet"], work, unprivileged=True
+            ["pack", "data.jsonl", "--capacity", "512", "--parquet", "ro/o.parquet"], work, unprivileged=True
         )
     finally:
         ro.chmod(0o755)
@@ -182,14 +186,14 @@ def test_output_in_a_read_only_folder(work: Path) -> None:
 @pytest.mark.parametrize(
     "args, victim",
     [
-        (["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--out", "tok/tokenizer_config.json"],
+        (["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--parquet", "tok/tokenizer_config.json"],
          "tok/tokenizer_config.json"),
-        (["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--out", "o.parquet",
+        (["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--parquet", "o.parquet",
           "--metadata", "tok/tokenizer_config.json"], "tok/tokenizer_config.json"),
         (["analyze", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--plot", "tok/tokenizer_config.json"],
          "tok/tokenizer_config.json"),
-        (["pack", "data.jsonl", "--capacity", "512", "--out", "o.parquet", "--metadata", "data.jsonl"], "data.jsonl"),
-        (["pack", "data.jsonl", "--capacity", "512", "--out", "data.jsonl"], "data.jsonl"),
+        (["pack", "data.jsonl", "--capacity", "512", "--parquet", "o.parquet", "--metadata", "data.jsonl"], "data.jsonl"),
+        (["pack", "data.jsonl", "--capacity", "512", "--parquet", "data.jsonl"], "data.jsonl"),
     ],
     ids=["out-tokenizer-config", "metadata-tokenizer-config", "plot-tokenizer-config", "metadata-source", "out-source"],
 )  # fmt: skip
@@ -216,13 +220,14 @@ def test_pad_id_outside_the_vocabulary_is_refused(work: Path, pad: str) -> None:
     pytest.importorskip("tokenizers")
     pad = str(_vocab()) if pad == "VOCAB" else pad
     args = ["pack", "text.jsonl", "--capacity", "512", "--tokenizer", "tok", "--align", "8", "--pad-id", pad]
-    refused(run([*args, "--out", "o.parquet"], work), f"pad id (--pad-id) {pad}", "[0, ")
+    refused(run([*args, "--parquet", "o.parquet"], work), f"pad id (--pad-id) {pad}", "[0, ")
     assert not (work / "o.parquet").exists() and not (work / "o.metadata.json").exists()
 
 
 def test_negative_pad_id_without_a_tokenizer(work: Path) -> None:
     refused(
-        run(["pack", "data.jsonl", "--capacity", "512", "--pad-id", "-1", "--out", "o.parquet"], work), "-1"
+        run(["pack", "data.jsonl", "--capacity", "512", "--pad-id", "-1", "--parquet", "o.parquet"], work),
+        "-1",
     )
     assert not (work / "o.parquet").exists()
 
@@ -234,7 +239,7 @@ def test_pad_id_at_the_config_vocab_size_is_refused(work: Path) -> None:
     (work / "exp.yaml").write_text(text)
     # the sample rows are SFT text, so the tokenizer's vocabulary is the bound; without one, model.vocab_size
     refused(
-        run(["pack", "exp.yaml", "--pad-id", "2048", "--out", "o.parquet", "--metadata", "m.json"], work),
+        run(["pack", "exp.yaml", "--pad-id", "2048", "--parquet", "o.parquet", "--metadata", "m.json"], work),
         "2048",
     )
     assert not (work / "o.parquet").exists()
@@ -242,7 +247,18 @@ def test_pad_id_at_the_config_vocab_size_is_refused(work: Path) -> None:
 
 def test_valid_pad_id_is_written(work: Path) -> None:
     proc = run(
-        ["pack", "data.jsonl", "--capacity", "512", "--align", "8", "--pad-id", "3", "--out", "o.parquet"],
+        [
+            "pack",
+            "data.jsonl",
+            "--capacity",
+            "512",
+            "--align",
+            "8",
+            "--pad-id",
+            "3",
+            "--parquet",
+            "o.parquet",
+        ],
         work,
     )
     assert proc.returncode == 0, proc.stderr
@@ -302,14 +318,34 @@ def test_aligned_rows_fit_their_pack_size(work: Path, algorithm: str, policy: st
 def test_pairs_that_are_all_dropped_are_one_line(work: Path) -> None:
     rows = "".join(json.dumps({"input_ids": list(range(1, 300))}) + "\n" for _ in range(4))
     (work / "long.jsonl").write_text(rows)
-    args = ["pack", "long.jsonl", "--capacity", "64", "--pairs", "--oversize", "drop", "--out", "o.parquet"]
+    args = [
+        "pack",
+        "long.jsonl",
+        "--capacity",
+        "64",
+        "--pairs",
+        "--oversize",
+        "drop",
+        "--parquet",
+        "o.parquet",
+    ]
     refused(run(args, work), "dropped all")
     proc = run(["analyze", "long.jsonl", "--capacity", "64", "--pairs", "--oversize", "drop"], work)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and "dropped 4" in proc.stdout  # reported
 
 
 def test_pairs_need_room_for_two(work: Path) -> None:
-    args = ["pack", "data.jsonl", "--capacity", "512", "--pairs", "--max-per-pack", "1", "--out", "o.parquet"]
+    args = [
+        "pack",
+        "data.jsonl",
+        "--capacity",
+        "512",
+        "--pairs",
+        "--max-per-pack",
+        "1",
+        "--parquet",
+        "o.parquet",
+    ]
     refused(run(args, work), "max_per_pack 1")
 
 
@@ -319,7 +355,9 @@ def test_pairs_need_room_for_two(work: Path) -> None:
 def test_jsonl_line_nested_past_the_parser(work: Path) -> None:
     (work / "deep.jsonl").write_text('{"input_ids": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     refused(
-        run(["pack", "deep.jsonl", "--capacity", "512", "--out", "o.parquet"], work), "deep.jsonl:1", "nested"
+        run(["pack", "deep.jsonl", "--capacity", "512", "--parquet", "o.parquet"], work),
+        "deep.jsonl:1",
+        "nested",
     )
 
 
@@ -332,5 +370,5 @@ def test_jsonl_line_nested_past_the_parser(work: Path) -> None:
     ids=["capacity-beyond-int32", "negative-seed"],
 )
 def test_absurd_numbers_are_one_line(work: Path, extra: list[str], words: tuple[str, ...]) -> None:
-    refused(run(["pack", "data.jsonl", *extra, "--out", "o.parquet"], work), *words)
+    refused(run(["pack", "data.jsonl", *extra, "--parquet", "o.parquet"], work), *words)
     assert not (work / "o.parquet").exists()

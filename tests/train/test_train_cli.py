@@ -155,6 +155,16 @@ def test_out_keeps_a_packed_path_named_on_the_command_line(tmp_path):
     assert (tmp_path / "elsewhere" / "packed" / "metadata.json").is_file()  # not named: follows --out
 
 
+def test_deprecated_output_dir_is_warned_once_across_the_ranks(tmp_path):
+    """`--output-dir` still works (issue 24: `--out` is the one spelling) and is warned once, by the user's
+    process: the two torchrun ranks it starts parse the same command without repeating the line."""
+    proc = cli(tmp_path, "train.train_iters=1", "checkpoint.save_interval=1", "--output-dir", "elsewhere")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("is deprecated") == 1, proc.stderr
+    assert "packcfg: warning: --output-dir is deprecated, use --out DIR (see CHANGELOG.md)" in proc.stderr
+    assert (tmp_path / "elsewhere" / "checkpoints" / "iter_0000001").is_dir()
+
+
 def test_bad_training_data_is_one_line_on_one_process(tmp_path):
     """Data packed on first use inside the single process: a bad row is one line and exit 2, no traceback
     (a PackingError used to escape `train` as a traceback with --nproc-per-node 1)."""

@@ -47,7 +47,10 @@ def warn(message: str) -> None:
 
 def overrides_of(args: argparse.Namespace) -> list[str]:
     """The command's overrides; `--engine E` is `launch.engine=E`, last so that it wins."""
-    extra = [f"launch.engine={args.engine}"] if getattr(args, "engine", None) else []
+    from packcfg.core.cli_args import TypedOverride
+
+    engine = getattr(args, "engine", None)
+    extra = [TypedOverride(f"launch.engine={engine}", f"--engine {engine}")] if engine else []
     return [*(args.overrides or []), *extra]
 
 

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--bundle-dir",
         dest="bundle_dir",
-        help="where to write the bundle (default: in the state dir)",
+        help="the bundle folder (default: one in the state dir)",
     )
     parser.add_argument(
         "--wait", action="store_true", help="wait for the job to finish; exit 1 unless COMPLETED"

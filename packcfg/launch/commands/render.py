@@ -19,7 +19,7 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, short_override=False)
-    add_out_argument(parser, "--output", help="bundle folder (created; required)")
+    add_out_argument(parser, "--output", help="bundle folder (created; required)")  # --output: deprecated
     add_deprecated_out(parser, "out_dir")  # `-o KEY=VALUE` is an override; `-o DIR` the old --out DIR
     parser.add_argument(
         "--force",

@@ -1,15 +1,21 @@
-"""`packcfg explain CODE`: what a rule checks, why, a failing and a passing example, the fix, the source."""
+"""`packcfg explain CODE|TERM`: what a rule checks, why, a failing and a passing example, the fix, the source;
+or what a term of the glossary (THD, MBS, M, ...) means."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-DESCRIPTION = "Explain a rule: what it checks, why, a failing and a passing example, and its source."
+DESCRIPTION = (
+    "Explain a rule (what it checks, why, a failing and a passing example, and its source), or a term the "
+    "messages use (THD, MBS, GBS, pack size, cu_seqlens, M, per-token loss, ...). With no argument, the glossary."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("code", metavar="CODE", help="a rule code, e.g. PK110")
+    parser.add_argument(
+        "code", nargs="?", metavar="CODE|TERM", help="a rule code, e.g. PK110, or a glossary term, e.g. THD"
+    )
 
 
 def _indent(text: str) -> str:
@@ -52,10 +58,20 @@ def render(code: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from packcfg.lint import glossary
+
+    if args.code is None:
+        sys.stdout.write("".join(glossary.format_term(t) for t in glossary.terms()))
+        return 0
     text = render(args.code)
     if text is None:
+        term = glossary.lookup(args.code)
+        text = glossary.format_term(term) if term is not None else None
+    if text is None:
+        names = ", ".join(t.name for t in glossary.terms())
         print(
-            f"packcfg explain: unknown rule code {args.code!r}; `packcfg rules` lists every code",
+            f"packcfg explain: {args.code!r} is no rule code and no glossary term; `packcfg rules` lists every "
+            f"code; terms: {names}",
             file=sys.stderr,
         )
         return 2

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from packcfg.core.cli_args import add_merge_arguments
+from packcfg.core.cli_args import add_deprecated_alias, add_merge_arguments
 
 DESCRIPTION = (
     "Check experiment YAMLs against every packing rule. PATHS are files or folders (searched for "
@@ -36,13 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--list-recipes", action="store_true", help="list the Bridge base recipes --recipe / recipe.base take"
     )
     parser.add_argument(
-        "--format",
-        "--output-format",
-        dest="format",
-        choices=FORMATS,
-        default="text",
-        help="output format (default: text); --output-format is the same option",
+        "--format", dest="format", choices=FORMATS, default="text", help="output format (default: text)"
     )
+    add_deprecated_alias(parser, "--output-format", dest="format", new="--format", choices=FORMATS)
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument(
         "--statistics",

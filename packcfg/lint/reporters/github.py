@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from packcfg.core.config import is_override_source, override_words
 from packcfg.core.diagnostics import Diagnostic
 from packcfg.lint.reporters import escape_text
 
@@ -25,11 +26,13 @@ def escape_property(text: str) -> str:
 def render(diagnostics: Sequence[Diagnostic], files: Sequence[str], *, color: bool = False) -> str:
     lines = []
     for d in diagnostics:
-        props = (
-            f"file={escape_property(d.file)},line={d.line},col={d.column},"
-            f"title={escape_property(f'{d.code} {d.title}' if d.title else d.code)}"
-        )
+        title = f"title={escape_property(f'{d.code} {d.title}' if d.title else d.code)}"
         message = f"{d.code} {d.message}"
+        if is_override_source(d.file):  # no file to annotate: the override as typed goes in the message
+            props = title
+            message += f" (set on the command line: {override_words(d.file)})"
+        else:
+            props = f"file={escape_property(d.file)},line={d.line},col={d.column},{title}"
         if d.fix is not None:
             message += f"\nfix: {d.fix.description}"
         elif d.hint:

@@ -15,7 +15,7 @@ from typing import Any
 
 from packcfg import __version__
 from packcfg.core.base_recipes import is_base_source
-from packcfg.core.config import is_override_source
+from packcfg.core.config import is_override_source, override_words
 from packcfg.core.diagnostics import Diagnostic
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -74,9 +74,9 @@ def render(diagnostics: Sequence[Diagnostic], files: Sequence[str], *, color: bo
         }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
-        if is_override_source(d.file) or is_base_source(
-            d.file
-        ):  # no file to point at: say where it came from
+        if is_override_source(d.file):  # no file to point at: say where it came from, as typed
+            result["message"]["text"] = f"{d.message} (set on the command line: {override_words(d.file)})"
+        elif is_base_source(d.file):
             result["message"]["text"] = f"{d.message} (set by {d.file[1:-1]})"
         else:
             result["locations"] = [

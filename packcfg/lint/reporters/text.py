@@ -1,9 +1,10 @@
-"""Human output: `file:line:col: CODE message`, an indented fix or hint line, then a summary line."""
+"""Human output: `file:line:col: CODE message` (`KEY=VALUE (command line): CODE message` for an override), an indented fix or hint line, then a summary line."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from packcfg.core.config import is_override_source
 from packcfg.core.diagnostics import Diagnostic
 from packcfg.lint.reporters import escape_text, summary
 
@@ -15,7 +16,12 @@ def render(diagnostics: Sequence[Diagnostic], files: Sequence[str], *, color: bo
     lines: list[str] = []
     for d in diagnostics:
         # file names and values come from the user's files: control characters are escaped (reporters.escape_text)
-        where = f"{escape_text(d.file)}:{d.line}:{d.column}:"
+        # an override is named as typed, `train.micro_batch_size=4 (command line):`, with no line to point at
+        where = (
+            f"{escape_text(d.file)}:"
+            if is_override_source(d.file)
+            else f"{escape_text(d.file)}:{d.line}:{d.column}:"
+        )
         message = escape_text(d.message)
         level = d.severity.value
         # Severity is spelled out for warnings and info: without colour an error must still look different.

@@ -9,7 +9,7 @@ from packcfg.lint.context import RuleContext
 from packcfg.lint.facts import cuda_graph_module_list
 from packcfg.lint.registry import Finding, RuleDocs, rule
 from packcfg.lint.rules._examples import after, edit
-from packcfg.lint.rules._helpers import is_pos_int, spec_path
+from packcfg.lint.rules._helpers import is_pos_int, spec_name, spec_path
 
 UNPADDED = edit(("  dataset_kwargs:\n    pad_to_max_length: true\n", ""))
 PADDED_CU = edit(
@@ -40,7 +40,7 @@ def cg501(ctx: RuleContext) -> Iterator[Finding]:
     f = ctx.facts
     if f.pad_cu_seqlens and not f.pad_to_max_length:
         yield Finding(
-            "offline_packing_specs.pad_cu_seqlens is true but pad_to_max_length is not set",
+            f"{spec_name(ctx, 'pad_cu_seqlens')} is true but pad_to_max_length is not set",
             at=spec_path("pad_cu_seqlens"),
             hint="set dataset.dataset_kwargs.pad_to_max_length: true",
         )
@@ -97,7 +97,7 @@ def cg503(ctx: RuleContext) -> Iterator[Finding]:
     if "offline" in f.packing_modes and f.attention_graphs and not f.pad_cu_seqlens:
         yield Finding(
             f"CUDA graphs capturing attention (cuda_graph_impl {f.cuda_graph_impl!r}, modules "
-            f"{list(f.cuda_graph_modules) or 'whole layer'}) need offline_packing_specs.pad_cu_seqlens: true",
+            f"{list(f.cuda_graph_modules) or 'whole layer'}) need {spec_name(ctx, 'pad_cu_seqlens')}: true",
             at=spec_path("pad_cu_seqlens"),
         )
 
@@ -128,7 +128,7 @@ def cg504(ctx: RuleContext) -> Iterator[Finding]:
         return
     if specs.get("packed_train_data_path"):  # user-managed data: the builder writes no metadata
         yield Finding(
-            "pad_cu_seqlens needs offline_packing_specs.packed_metadata_path when packed_train_data_path is given",
+            f"pad_cu_seqlens needs {spec_name(ctx, 'packed_metadata_path')} when packed_train_data_path is given",
             at=spec_path("pad_cu_seqlens"),
         )
 

@@ -10,7 +10,7 @@ from packcfg.core.schema import value_repr
 from packcfg.lint.context import RuleContext
 from packcfg.lint.registry import Finding, RuleDocs, rule
 from packcfg.lint.rules._examples import after, edit
-from packcfg.lint.rules._helpers import is_pos_int, set_edit, spec_path
+from packcfg.lint.rules._helpers import is_pos_int, set_edit, spec_name, spec_path
 
 # BASE with CP 2 and the loss settings CP fine-tuning needs (LS301/LS302/LS304 quiet).
 CP2 = edit(
@@ -137,7 +137,7 @@ def cp203(ctx: RuleContext) -> Iterator[Finding]:
     new = mult * m // math.gcd(mult, m)
     written = "pad_seq_to_mult" in f.specs
     yield Finding(
-        f"offline_packing_specs.pad_seq_to_mult {mult}{'' if written else ' (default)'} is not a multiple of "
+        f"{spec_name(ctx, 'pad_seq_to_mult')} {mult}{'' if written else ' (default)'} is not a multiple of "
         f"M = {m} ({_m_words(ctx)}); sequences would be truncated in the CP split",
         at=spec_path("pad_seq_to_mult"),
         fix=Fix(

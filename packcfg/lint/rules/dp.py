@@ -11,7 +11,7 @@ from packcfg.core.schema import value_repr
 from packcfg.lint.context import RuleContext
 from packcfg.lint.registry import Example, Finding, RuleDocs, rule
 from packcfg.lint.rules._examples import BASE, bridge_target, edit
-from packcfg.lint.rules._helpers import spec_path
+from packcfg.lint.rules._helpers import spec_name, spec_path
 from packcfg.lint.rules.ds import packed_paths
 from packcfg.lint.rules.pk import IN_BATCH
 
@@ -318,13 +318,13 @@ def dp803(ctx: RuleContext) -> Iterator[Finding]:
             continue
         if reads_parquet:
             yield Finding(
-                f"offline_packing_specs.{key} {value!r} is a deprecated .npy packed file; repack to Parquet",
+                f"{spec_name(ctx, key)} {value!r} is a deprecated .npy packed file; repack to Parquet",
                 at=spec_path(key),
                 hint="packcfg pack writes Bridge's packed Parquet",
             )
         else:
             yield Finding(
-                f"offline_packing_specs.{key} {value!r} is a .npy packed file: Bridge 0.4 and later read Parquet (0.6 "
+                f"{spec_name(ctx, key)} {value!r} is a .npy packed file: Bridge 0.4 and later read Parquet (0.6 "
                 f"deprecates .npy), 0.3.x reads only .npy; lint targets {ctx.target.describe()}",
                 at=spec_path(key),
                 severity=Severity.INFO,

@@ -10,7 +10,7 @@ from packcfg.core.schema import value_repr
 from packcfg.lint.context import RuleContext
 from packcfg.lint.registry import Example, Finding, RuleDocs, rule
 from packcfg.lint.rules._examples import BASE, bridge_target, edit
-from packcfg.lint.rules._helpers import is_pos_int, set_edit, spec_path
+from packcfg.lint.rules._helpers import is_pos_int, set_edit, spec_name, spec_path
 
 PACKED_PATH_KEYS = ("packed_train_data_path", "packed_val_data_path")
 PACKED_SUFFIXES = (".parquet", ".pq", ".npy")
@@ -208,19 +208,19 @@ def ds704(ctx: RuleContext) -> Iterator[Finding]:
     for key, value in packed_paths(ctx):
         if npy_only and PurePosixPath(value).suffix != ".npy":
             yield Finding(
-                f"offline_packing_specs.{key} {value!r}: {ctx.target.describe()} reads packed data only as a .npy "
+                f"{spec_name(ctx, key)} {value!r}: {ctx.target.describe()} reads packed data only as a .npy "
                 "file (Parquet from Bridge 0.4)",
                 at=spec_path(key),
                 hint="packcfg pack --bridge-npy writes the .npy beside the Parquet",
             )
         elif not _is_packed_path(value):
             yield Finding(
-                f"offline_packing_specs.{key} {value!r} is not a .parquet/.pq file, directory or glob (or .npy)",
+                f"{spec_name(ctx, key)} {value!r} is not a .parquet/.pq file, directory or glob (or .npy)",
                 at=spec_path(key),
             )
         elif getattr(ctx, "check_paths", False) and not _exists(ctx, value):
             yield Finding(
-                f"offline_packing_specs.{key} {value!r} does not exist (--check-paths)", at=spec_path(key)
+                f"{spec_name(ctx, key)} {value!r} does not exist (--check-paths)", at=spec_path(key)
             )
 
 

@@ -75,7 +75,7 @@ def pk101(ctx: RuleContext) -> Iterator[Finding]:
         yield Finding(
             f"packing modes {' and '.join(modes)} are all on; choose one",
             at=MODE_KEYS[modes[1]],
-            hint=f"keep {modes[0]} and remove {', '.join('.'.join(MODE_KEYS[m]) for m in modes[1:])}",
+            hint=f"keep {modes[0]} and remove {', '.join(ctx.spelled(MODE_KEYS[m]) for m in modes[1:])}",
         )
 
 
@@ -457,11 +457,11 @@ def pk121(ctx: RuleContext) -> Iterator[Finding]:
         return
     own = ctx.get(("dataset", "micro_batch_size"))
     if is_pos_int(own) and own != f.eval_mbs:
+        eval_key = ctx.spelled(("validation", "eval_micro_batch_size"))  # or train.eval_micro_batch_size
         yield Finding(
-            f"dataset.micro_batch_size is {own} but validation.eval_micro_batch_size is {f.eval_mbs}; "
-            "an Energon dataset needs them equal",
+            f"dataset.micro_batch_size is {own} but {eval_key} is {f.eval_mbs}; an Energon dataset needs them equal",
             at=("validation", "eval_micro_batch_size"),
-            hint=f"set validation.eval_micro_batch_size: {own} (or remove it: it defaults to train.micro_batch_size)",
+            hint=f"set {eval_key}: {own} (or remove it: it defaults to train.micro_batch_size)",
         )
 
 

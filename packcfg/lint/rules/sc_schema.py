@@ -6,12 +6,21 @@ findings so that select/ignore, severity overrides and suppression comments appl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from packcfg.core.diagnostics import Severity
 from packcfg.lint.context import RuleContext
 from packcfg.lint.registry import Finding, RuleDocs, rule
 from packcfg.lint.rules._examples import BASE, edit
+
+
+def _as_written(ctx: RuleContext, text: str) -> str:
+    """The schema names keys by their normalised dotted paths; say them as the file spells them
+    (`dataset.packed_sequence_specs.x`, not `dataset.offline_packing_specs.x`, in a Bridge < 0.6 file)."""
+    for normalised, written in ctx.renamed.items():
+        text = re.sub(rf"(?<![\w.]){re.escape('.'.join(normalised))}(?!\w)", ".".join(written), text)
+    return text
 
 
 def _issues(ctx: RuleContext, code: str) -> Iterator[Finding]:
@@ -21,7 +30,9 @@ def _issues(ctx: RuleContext, code: str) -> Iterator[Finding]:
             # say "did you mean" once: a hint that the message already carries is dropped
             if hint and hint.rstrip("?.").strip() in issue.message:
                 hint = None
-            yield Finding(issue.message, at=tuple(issue.path), hint=hint, severity=issue.severity)
+            message = _as_written(ctx, issue.message)
+            hint = _as_written(ctx, hint) if hint else hint
+            yield Finding(message, at=tuple(issue.path), hint=hint, severity=issue.severity)
 
 
 @rule(

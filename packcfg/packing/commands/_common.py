@@ -74,8 +74,10 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
         if looks_like_override(args.input):  # `packcfg analyze k=v`: an override of the default recipe
             args.overrides = [args.input, *args.overrides]
             args.input = str(tiny_recipe())
-    source = Path(args.input) if args.input else tiny_recipe()
-    out = getattr(args, "out", None)
+    if not args.input:  # the default recipe, named so that callers can list it among the inputs
+        args.input = str(tiny_recipe())
+    source = Path(args.input)
+    out = getattr(args, "parquet", None)
     meta = getattr(args, "metadata", None)
     overrides = {
         "capacity": args.capacity,
@@ -99,7 +101,7 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
         except ConfigError as exc:
             raise PackingError(str(exc)) from None
         settings = settings_from_config(config, None, **overrides)
-        return settings, config
+        return _into_folder(settings, args), config
     if args.config_files or args.overrides:
         raise PackingError("-c and overrides apply to an experiment YAML input, not to a data file")
     if args.capacity is None:
@@ -133,7 +135,20 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
         split=args.split,
         pairs=args.pairs,
     )
-    return settings, None
+    return _into_folder(settings, args), None
+
+
+def _into_folder(settings: Any, args: argparse.Namespace) -> Any:
+    """`pack --out DIR`: the packed Parquet and the metadata JSON go into DIR under the names they would have
+    had; a file named on its own (--parquet, --metadata) stays where it is named."""
+    folder = getattr(args, "out_dir", None)
+    if folder is None:
+        return settings
+    if getattr(args, "parquet", None) is None:
+        settings.output = Path(folder) / Path(settings.output).name
+    if getattr(args, "metadata", None) is None:
+        settings.metadata = Path(folder) / Path(settings.metadata).name
+    return settings
 
 
 def run_guarded(prog: str, body: Callable[[], int]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from packcfg.packing.commands._common import add_plan_arguments, resolve_settings, run_guarded
 
@@ -19,9 +20,23 @@ DESCRIPTION = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_plan_arguments(p)
     p.add_argument(
-        "--out", type=Path, help="packed Parquet path (default: from the config, or INPUT.packed.parquet)"
+        "--out",
+        dest="out_dir",
+        type=Path,
+        metavar="DIR",
+        action=_OutFolder,
+        help="folder for the packed Parquet and the metadata JSON, under the names the config gives them "
+        "(INPUT.packed.parquet for a data file)",
     )
-    p.add_argument("--metadata", type=Path, help="metadata JSON path (default: from the config)")
+    p.add_argument(
+        "--parquet",
+        type=Path,
+        metavar="FILE",
+        help="the packed Parquet file itself (default: from the config, or INPUT.packed.parquet)",
+    )
+    p.add_argument(
+        "--metadata", type=Path, metavar="FILE", help="metadata JSON path (default: from the config)"
+    )
     p.add_argument(
         "--pad-id", type=int, help="pad token for pad_seq_to_mult (default: the tokenizer's EOS, else 0)"
     )
@@ -38,6 +53,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "data only as .npy; Parquet from 0.4.0 on), also when the Parquet is up to date",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+
+
+class _OutFolder(argparse.Action):
+    """`--out DIR`; `--out FILE.parquet` is the old spelling of `--parquet FILE.parquet` (warned)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        if Path(values).suffix.lower() in (".parquet", ".pq"):
+            from packcfg.core.cli_args import warn_deprecated
+
+            warn_deprecated(
+                "`pack --out FILE.parquet`", "`--parquet FILE.parquet` (--out is always a folder)"
+            )
+            namespace.parquet = values
+            return
+        setattr(namespace, self.dest, values)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,13 +23,13 @@ DESCRIPTION = "Train a megatron-core GPT on packed (THD), in-batch packed or pad
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="experiment YAML")
-    add_merge_arguments(parser, config_flags=("-c", "--config", "--config-file"))
+    add_merge_arguments(parser, legacy_config_file=True)
     add_out_argument(
         parser,
         "--output-dir",
         dest="output_dir",
-        help="the run folder: metrics.jsonl, and checkpoints in DIR/checkpoints "
-        "(default: runs/<recipe.name> and checkpoint.save)",
+        help="the run folder, holding everything the run writes: metrics.jsonl, checkpoints in DIR/checkpoints, "
+        "packed data in DIR/packed (default: runs/<recipe.name>, checkpoint.save and the config's packed paths)",
     )
     parser.add_argument(
         "--batching",
@@ -264,7 +264,7 @@ def _forwarded_arguments(args: argparse.Namespace) -> list[str]:
     for override in args.overrides:
         out += ["-o", override]
     if args.output_dir:
-        out += ["--output-dir", args.output_dir]
+        out += ["--out", args.output_dir]
     if args.batching:
         out += ["--batching", args.batching]
     if args.resume:

@@ -22,7 +22,7 @@ DESCRIPTION = "Export a run's newest checkpoint as a Hugging Face folder (config
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="the run's experiment YAML")
-    add_merge_arguments(parser, config_flags=("-c", "--config", "--config-file"))
+    add_merge_arguments(parser, legacy_config_file=True)
     add_out_argument(parser, help="the Hugging Face folder to write", required=True)
     parser.add_argument(
         "--checkpoint", metavar="DIR", help="checkpoint root or iter_* folder (default: checkpoint.save)"
