@@ -15,6 +15,12 @@ TINY_RECIPE = RECIPES / "tiny_cpu_sft.yaml"
 os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 
+@pytest.fixture(autouse=True)
+def _private_token_cache(tmp_path_factory, monkeypatch) -> None:
+    """Each test packs with its own tokenized cache (packcfg.packing.sources.cache), never the user's."""
+    monkeypatch.setenv("PACKCFG_CACHE_DIR", str(tmp_path_factory.mktemp("packcfg-cache")))
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT

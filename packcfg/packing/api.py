@@ -460,7 +460,7 @@ def _pack(
         if fmt in TOKENIZED_FORMATS and token_cache.enabled():
             # tokenized before from the same bytes with the same tokenizer: read that (sources.cache); the
             # source's sha256 is awaited only when there is a cache to look in
-            cache = token_cache.cache_root(settings.output)
+            cache = token_cache.cache_root()
             if cache.is_dir():
                 sp = token_cache.load(cache, token_cache.cache_key(pending_sum.result(), tokenizer_sum, fmt))
         if sp is None:

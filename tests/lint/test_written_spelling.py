@@ -14,7 +14,7 @@ import pytest
 
 from packcfg.cli import main
 from packcfg.lint.engine import lint_text
-from packcfg.lint.registry import all_rules
+from packcfg.lint.rules import all_rules
 
 CURRENT, LEGACY = "offline_packing_specs", "packed_sequence_specs"
 SPECS_PATH = f"dataset.{CURRENT}"

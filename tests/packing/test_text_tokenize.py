@@ -263,7 +263,7 @@ def sft(tmp_path) -> Path:
 def test_a_second_pack_reads_the_tokenized_cache_and_writes_the_same_pack(tmp_path, sft, monkeypatch):
     out = tmp_path / "out" / "packed.parquet"
     first = _pack(sft, TOKENIZER, out)
-    entries = list(token_cache.cache_root(out).iterdir())
+    entries = list(token_cache.cache_root().iterdir())
     assert len(entries) == 1 and (entries[0] / "entry.json").is_file()
     counting = _Counting(monkeypatch, fail=True)
     assert _pack(sft, TOKENIZER, out) == first  # --force: packed again, from the cache
@@ -277,6 +277,7 @@ def test_a_second_pack_reads_the_tokenized_cache_and_writes_the_same_pack(tmp_pa
 
 
 def test_a_changed_source_or_tokenizer_is_tokenized_again(tmp_path, sft, monkeypatch):
+    monkeypatch.setattr(token_cache, "KEEP", 2)
     out = tmp_path / "out" / "packed.parquet"
     _pack(sft, TOKENIZER, out)
     counting = _Counting(monkeypatch)
@@ -287,7 +288,7 @@ def test_a_changed_source_or_tokenizer_is_tokenized_again(tmp_path, sft, monkeyp
     assert counting.calls > 0
     monkeypatch.setattr(text, "_TEXT_CACHE", {})
     monkeypatch.setenv(token_cache.ENV, "0")
-    assert _pack(sft, TOKENIZER, tmp_path / "fresh" / "packed.parquet") != b""  # (other folder: no cache)
+    assert _pack(sft, TOKENIZER, tmp_path / "fresh" / "packed.parquet") != b""  # (cache off)
     monkeypatch.delenv(token_cache.ENV)
     # the tokenizer: same tokenizer.json, a config file beside it now names the EOS (its checksum changes)
     folder = tmp_path / "tok"
@@ -298,15 +299,29 @@ def test_a_changed_source_or_tokenizer_is_tokenized_again(tmp_path, sft, monkeyp
     monkeypatch.setattr(text, "_TEXT_CACHE", {})
     _pack(sft, folder / "tokenizer.json", out)
     assert counting.calls > before
-    assert len(list(token_cache.cache_root(out).iterdir())) == token_cache.KEEP  # the oldest entry removed
+    assert len(list(token_cache.cache_root().iterdir())) == token_cache.KEEP  # the oldest entry removed
 
 
 def test_a_damaged_cache_entry_is_tokenized_again(tmp_path, sft, monkeypatch):
     out = tmp_path / "out" / "packed.parquet"
     first = _pack(sft, TOKENIZER, out)
-    (entry,) = token_cache.cache_root(out).iterdir()
+    (entry,) = token_cache.cache_root().iterdir()
     with open(entry / "spool.bin", "r+b") as fh:
         fh.truncate(8)
     counting = _Counting(monkeypatch)
     assert _pack(sft, TOKENIZER, out) == first
     assert counting.calls > 0
+
+
+def test_the_cache_lives_in_the_user_cache_folder_not_beside_the_packs(tmp_path, sft, monkeypatch):
+    """The packed folder holds only what training reads; another output folder reuses the same entry."""
+    monkeypatch.delenv("PACKCFG_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    out = tmp_path / "out" / "packed.parquet"
+    first = _pack(sft, TOKENIZER, out)
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []
+    (entry,) = (tmp_path / "xdg" / "packcfg" / "tokenized").iterdir()
+    assert (entry / "entry.json").is_file()
+    counting = _Counting(monkeypatch, fail=True)
+    assert _pack(sft, TOKENIZER, tmp_path / "elsewhere" / "packed.parquet") == first
+    assert counting.calls == 0

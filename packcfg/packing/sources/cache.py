@@ -1,18 +1,20 @@
-"""The tokenized cache: the spool of a source that needs tokenizing (text, chat), kept beside the packed
-output and used again while the source's and the tokenizer's sha256 are those of the run that made it.
+"""The tokenized cache: the spool of a source that needs tokenizing (text, chat), kept in the user's cache
+folder and used again while the source's and the tokenizer's sha256 are those of the run that made it.
 
 Tokenizing is nearly all of `pack`'s time on text (1M Bridge rows: ~50 s of CPU); a second `pack` of the
-same data with other settings (pack size, seed, algorithm) or after `--force` reads the cached spool
-instead. Layout: `<output folder>/.packcfg-tokenized/<key>/` with `spool.bin` (the spool's packed values:
-token ids and label-aligned mask bits, 16 or 32 bits each), `offsets.npy`, `lines.npy` and `entry.json`
-(written last). The key is a sha256 of the
+same data with other settings (pack size, seed, algorithm, another output folder) or after `--force` reads
+the cached spool instead. Where: `$PACKCFG_CACHE_DIR/tokenized/`, else `$XDG_CACHE_HOME/packcfg/tokenized/`,
+else `~/.cache/packcfg/tokenized/` (never the packed output's folder, which holds only what Bridge reads).
+Layout: `<key>/` with `spool.bin` (the spool's packed values: token ids and label-aligned mask bits, 16 or
+32 bits each), `offsets.npy`, `lines.npy` and `entry.json` (written last). The key is a sha256 of the
 source's and the tokenizer's checksums (`packcfg.packing.checksums`: tokenizer.json and the config files
 and chat template beside it), the source format, the `tokenizers` version and `CACHE_VERSION` (raised when
 packcfg tokenizes differently), so changing any of them misses. An entry is staged in a locked temporary
-folder and renamed into place complete; the spool's files are hard-linked into it (copied where links fail),
-so storing costs no second write. The newest `KEEP` entries stay, older ones are removed. Entries are data
-(`np.load` without pickles; sizes and offsets checked); a damaged one is ignored and tokenized again.
-`PACKCFG_TOKEN_CACHE=0` turns the cache off (neither read nor written).
+folder and renamed into place complete; the spool's file is hard-linked into it where the cache is on the
+same filesystem, copied otherwise. The newest `KEEP` entries stay, older ones are removed. Entries are data
+(`np.load` without pickles; sizes and offsets checked); a damaged one is ignored and tokenized again; a cache
+folder that cannot be written costs nothing but the cache. `PACKCFG_TOKEN_CACHE=0` turns the cache off
+(neither read nor written).
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ import numpy as np
 
 from packcfg.packing.sources.spooling import SPOOL_FILE, Spool
 
-CACHE_DIR_NAME = ".packcfg-tokenized"
 CACHE_VERSION = 1
-KEEP = 2
+KEEP = 4
 ENV = "PACKCFG_TOKEN_CACHE"
+DIR_ENV = "PACKCFG_CACHE_DIR"
 
 
 def enabled() -> bool:
@@ -39,9 +41,13 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in {"0", "off", "false", "no"}
 
 
-def cache_root(output: Path) -> Path:
-    """Where the cache of a packed file lives: beside it."""
-    return Path(output).parent / CACHE_DIR_NAME
+def cache_root() -> Path:
+    """The tokenized cache's folder: under $PACKCFG_CACHE_DIR, $XDG_CACHE_HOME/packcfg or ~/.cache/packcfg."""
+    base = os.environ.get(DIR_ENV)
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = str(Path(xdg) / "packcfg") if xdg else str(Path.home() / ".cache" / "packcfg")
+    return Path(base).expanduser() / "tokenized"
 
 
 def cache_key(source_sum: str | None, tokenizer_sum: str | None, fmt: str) -> str:
