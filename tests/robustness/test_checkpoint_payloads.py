@@ -546,7 +546,8 @@ DPO_RECIPE = REPO_ROOT / "recipes" / "tiny_cpu_dpo.yaml"
 ONE = ["--nproc-per-node", "1"]
 
 
-def packcfg(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def packcfg_subprocess(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The real command in a child process."""
     return subprocess.run(
         [sys.executable, "-m", "packcfg", *args],
         cwd=cwd,
@@ -555,6 +556,22 @@ def packcfg(cwd: Path, *args: str) -> subprocess.CompletedProcess:
         timeout=300,
         env=ENV,
     )
+
+
+def packcfg(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """`packcfg ARGS` in `cwd` through the console script's own `main`, in this process: a child would spend
+    most of its time importing torch and megatron again. With `--nproc-per-node 1` the command trains in its
+    own process anyway; test_cli_refuses_absurd_hf_config and tests/train/test_train_cli.py run the real
+    command in a child."""
+    from packcfg.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(args))
+        except SystemExit as stop:  # argparse's exit
+            rc = stop.code if isinstance(stop.code, int) else 1
+    return subprocess.CompletedProcess(["packcfg", *args], rc, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -617,7 +634,7 @@ def test_cli_refuses_absurd_hf_config(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({**TINY_HF, "vocab_size": 10**13}))
     recipe = REPO_ROOT / "recipes" / "tiny_hf_sft.yaml"
-    proc = packcfg(tmp_path, "train", str(recipe), *ONE, f"model.hf_path={folder}")
+    proc = packcfg_subprocess(tmp_path, "train", str(recipe), *ONE, f"model.hf_path={folder}")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert f"{folder / 'config.json'}: vocab_size {10**13} describes a model that needs at least" in lines[0]
