@@ -522,7 +522,7 @@ COLD = r"""
 import json, sys, time
 import numpy as np
 sys.path.insert(0, {root!r})
-from packcfg.packing import plan, planner
+from packcfg.packing import plan
 sys.path.insert(0, {bench!r})
 from packing import few_distinct_lengths
 a = few_distinct_lengths({n}, {cap}, {d})
@@ -537,7 +537,8 @@ print(json.dumps(dict(t=dt, kernel=bool(k and k.loaded()))))
 
 def few_distinct_table(sizes: tuple[int, ...]) -> None:
     """bfd on a few hundred distinct lengths (issue 23): warm (kernel loaded) and cold (a fresh process)."""
-    from packcfg.packing import _bfd_kernel, planner
+    from packcfg.packing import _bfd_kernel
+    from packcfg.packing.planning import best_fit
 
     plan(np.arange(1, 2001), 4096)  # load the compiled kernel (numba cache) outside the warm timings
     print(
@@ -570,7 +571,7 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
                 p = plan(a, cap, "bfd")
                 present, counts = np.unique(a, return_counts=True)
                 t_py, _ = _best_of(
-                    lambda a=a, cap=cap, v=present[::-1], c=counts[::-1]: planner._grouped_best_fit_python(
+                    lambda a=a, cap=cap, v=present[::-1], c=counts[::-1]: best_fit.grouped_best_fit_python(
                         a, cap, 1 << 62, c, v
                     ).build(),
                     1,
