@@ -100,24 +100,33 @@ def grouped_best_fit_python(
     """The pure-Python path: the fallback without numba, and the oracle the kernel is tested against.
 
     With a `budget` (CPU seconds) it gives up and returns None once planning has cost that much.
+    A level (remaining r, items k) is keyed by the one integer r * _K_SPAN + k: the same order as the
+    tuple (r, k), but bisecting and hashing an int is cheaper than a tuple.
     """
     deadline = None if budget is None else time.process_time() + budget
     steps = 0
     values = present.tolist()
     counts = counts_of.tolist()
     smallest = values[-1]
+    span = _K_SPAN
+    k_cap = min(k_max, span - 1)  # a pack's item count stays far below span (it is at most the items)
 
-    # level key (remaining, items) -> list of [start, stop) pack-id ranges; `keys` kept sorted.
-    levels: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    sizes: dict[tuple[int, int], int] = {}
-    keys: list[tuple[int, int]] = []
-    events: list[tuple[int, int, list[tuple[int, int]]]] = []  # (group index, q, ranges)
+    # level key -> list of [start, stop) pack-id ranges; `keys` kept sorted.
+    levels: dict[int, list[tuple[int, int]]] = {}
+    sizes: dict[int, int] = {}
+    keys: list[int] = []
+    # placements, one record per pack range: group, items per pack, range start and end
+    ev_g: list[int] = []
+    ev_q: list[int] = []
+    ev_s: list[int] = []
+    ev_e: list[int] = []
     next_id = 0
 
-    def put(key: tuple[int, int], ranges: list[tuple[int, int]], m: int) -> None:
+    def put(r: int, k: int, ranges: list[tuple[int, int]], m: int) -> None:
         # a pack that no remaining item can enter is closed for good: keep it out of the index
-        if key[0] < smallest or key[1] >= k_max:
+        if r < smallest or k >= k_max:
             return
+        key = r * span + k
         if key in levels:
             levels[key].extend(ranges)
             sizes[key] += m
@@ -126,7 +135,7 @@ def grouped_best_fit_python(
             sizes[key] = m
             bisect.insort(keys, key)
 
-    def take(key: tuple[int, int], m: int) -> list[tuple[int, int]]:
+    def take(key: int, m: int) -> list[tuple[int, int]]:
         ranges = levels[key]
         out: list[tuple[int, int]] = []
         while m:
@@ -141,89 +150,101 @@ def grouped_best_fit_python(
                 m = 0
         return out
 
+    def event(g: int, q: int, ranges: list[tuple[int, int]]) -> None:
+        for s, e in ranges:
+            ev_g.append(g)
+            ev_q.append(q)
+            ev_s.append(s)
+            ev_e.append(e)
+
     for g, (length, n) in enumerate(zip(values, counts, strict=True)):
         while n > 0:
             steps += 1
             if deadline is not None and not steps & 63 and time.process_time() > deadline:
                 return None
-            i = bisect.bisect_left(keys, (length, -1))
+            i = bisect.bisect_left(keys, length * span)
             if i == len(keys):
-                q = min(capacity // length, k_max) if length else k_max
+                q = min(capacity // length, k_cap) if length else k_cap
                 q = min(q, n)
                 full, rest = divmod(n, q)
                 if full:
                     rng = [(next_id, next_id + full)]
-                    events.append((g, q, rng))
-                    put((capacity - q * length, q), list(rng), full)
+                    event(g, q, rng)
+                    put(capacity - q * length, q, rng, full)
                     next_id += full
                 if rest:
                     rng = [(next_id, next_id + 1)]
-                    events.append((g, rest, rng))
-                    put((capacity - rest * length, rest), list(rng), 1)
+                    event(g, rest, rng)
+                    put(capacity - rest * length, rest, rng, 1)
                     next_id += 1
                 break
             key = keys[i]
-            r, k = key
+            r, k = divmod(key, span)
             m = sizes[key]
-            q = min(r // length if length else k_max, k_max - k)
+            q = min(r // length if length else k_cap, k_max - k)
             if m * q <= n:
                 rng = levels.pop(key)
                 del sizes[key]
                 keys.pop(i)
-                events.append((g, q, rng))
-                put((r - q * length, k + q), list(rng), m)
+                event(g, q, rng)
+                put(r - q * length, k + q, rng, m)
                 n -= m * q
                 continue
             full, rest = divmod(n, q)
             if full:
                 rng = take(key, full)
                 sizes[key] -= full
-                events.append((g, q, rng))
-                put((r - q * length, k + q), list(rng), full)
+                event(g, q, rng)
+                put(r - q * length, k + q, rng, full)
             if rest:
                 rng = take(key, 1)
                 sizes[key] -= 1
-                events.append((g, rest, rng))
-                put((r - rest * length, k + rest), list(rng), 1)
+                event(g, rest, rng)
+                put(r - rest * length, k + rest, rng, 1)
             if sizes[key] == 0:
                 del levels[key], sizes[key]
                 keys.pop(bisect.bisect_left(keys, key))
             n = 0
 
-    # Pack sizes and fills come from the events alone; the item order is built when asked for.
+    # Pack sizes and fills follow from the placement records alone; the item order is built when asked for.
+    rec_q = np.asarray(ev_q, dtype=np.int64)
+    rec_s = np.asarray(ev_s, dtype=np.int64)
+    rec_m = np.asarray(ev_e, dtype=np.int64) - rec_s
+    packs = _expand_ranges(rec_s, rec_m)  # every pack of every record, record after record
+    q_of = np.repeat(rec_q, rec_m)
+    len_of = np.repeat(present[np.asarray(ev_g, dtype=np.int64)], rec_m)
     per_pack = np.zeros(next_id, dtype=np.int64)
     fills = np.zeros(next_id, dtype=np.int64)
-    for g, q, ranges in events:
-        for s, e in ranges:
-            per_pack[s:e] += q
-            fills[s:e] += q * values[g]
+    np.add.at(per_pack, packs, q_of)
+    np.add.at(fills, packs, q_of * len_of)
     offsets = np.zeros(next_id + 1, dtype=np.int64)
     np.cumsum(per_pack, out=offsets[1:])
-    return Packing(offsets, fills=fills, build=lambda: _materialise(a, counts, events, offsets))
+    return Packing(offsets, fills=fills, build=lambda: _materialise(a, packs, q_of, offsets))
 
 
-def _materialise(
-    a: np.ndarray,
-    counts: list[int],
-    events: list[tuple[int, int, list[tuple[int, int]]]],
-    offsets: np.ndarray,
-) -> np.ndarray:
-    """Turn (group, q, pack ranges) events into the CSR order: each pack in a range gets q items."""
+# a level key r * _K_SPAN + k sorts as (r, k) while k < _K_SPAN (item counts stay far below it)
+_K_SPAN = 1 << 40
+
+
+def _expand_ranges(start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The concatenation of arange(start[i], start[i] + length[i]) over i (every length >= 1)."""
+    total = int(length.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    step = np.ones(total, dtype=np.int64)
+    first = np.cumsum(length) - length  # where each range begins in the output
+    step[first[0]] = start[0]
+    step[first[1:]] = start[1:] - (start[:-1] + length[:-1] - 1)
+    return np.cumsum(step)
+
+
+def _materialise(a: np.ndarray, packs: np.ndarray, q_of: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The CSR order from the placements: `packs` lists, placement after placement, each pack that received
+    q_of items. Placements follow the groups in decreasing length and take each group's items in order, so
+    repeating each pack q times gives the pack of every item in decreasing-length order (`sorted_desc`);
+    a stable sort by pack then lists each pack's items in the order best fit put them there."""
     idx = sorted_desc(a)
-    fill = offsets[:-1].copy()
-    order = np.empty(len(idx), dtype=np.int64)
-    group_start = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=group_start[1:])
-    cursor = group_start[:-1].copy()
-    for g, q, ranges in events:
-        for s, e in ranges:
-            m = (e - s) * q
-            src = idx[cursor[g] : cursor[g] + m]
-            cursor[g] += m
-            if q == 1:
-                order[fill[s:e]] = src
-            else:
-                pos = fill[s:e, None] + np.arange(q)
-                order[pos.ravel()] = src
-            fill[s:e] += q
-    return order
+    assign = np.repeat(packs, q_of)
+    if len(offsets) <= 2**31:
+        assign = assign.astype(np.int32)
+    return idx[np.argsort(assign, kind="stable")]
