@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{t / t_me:,.1f}",
                     ]
                 )
-            print(f"  done {dist} N={n:,} cap={cap:,}", file=sys.stderr, flush=True)
+            print(" | ".join(" ".join(r) for r in rows[-1 - len(peers) :]), file=sys.stderr, flush=True)
     print_table(
         [
             "lengths",

@@ -16,15 +16,17 @@ from packcfg.packing.planning.common import Packing, sorted_desc
 # Which path plans bfd/histogram follows measured cost (docs/packing.md, "The bfd kernel"):
 # - below _KERNEL_MIN_DISTINCT distinct lengths the Python path runs: it costs well under a millisecond
 #   per thousand samples there, about what the kernel's fixed overhead costs even when loaded;
-# - once the kernel is loaded in this process (warm: 1-2 ms where Python takes 10-250 ms on a few hundred
-#   distinct lengths), it plans everything else;
+# - once the kernel is loaded in this process (warm: 1-3 ms where Python takes 3-30 ms on a few hundred to
+#   a few thousand distinct lengths), it plans everything else;
 # - cold, loading it costs about _KERNEL_LOAD_S of CPU (importing numba, then reading its cache): the
 #   Python path runs first with that much CPU time as its budget and hands over to the kernel if it runs
 #   out (so a cold plan costs at most about twice the cheaper path), except from _KERNEL_SURE_DISTINCT
 #   distinct lengths, where Python is known to cost more than the load and the kernel runs at once.
+#   The Python path costs 3.5-10 us per distinct length (bench/packing.py --ratio-only: 8k distinct
+#   29-37 ms, 32k 104-230 ms, 90k-131k 0.3-0.9 s), so it stays under the 0.40-0.65 s load up to ~40k.
 # Both paths give the same plan byte for byte, so the choice never changes a plan.
 _KERNEL_MIN_DISTINCT = 64
-_KERNEL_SURE_DISTINCT = 1000
+_KERNEL_SURE_DISTINCT = 40_000
 # measured on the shared 2-CPU box (numba 0.68.1, cache present): import numba 0.25 s, first call 0.40 s
 _NUMBA_IMPORT_S = 0.25
 _KERNEL_LOAD_S = 0.40
