@@ -164,7 +164,7 @@ def _few_hundred_distinct(n=20_000, seed=4):
 def test_a_loaded_kernel_plans_a_few_hundred_distinct_lengths(monkeypatch):
     """Once the kernel is loaded it plans inputs far below the old 1,000-distinct threshold (issue 23)."""
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
-    plan(np.arange(1, 2001), 4096)  # 2,000 distinct lengths: loads the kernel
+    best_fit.load_kernel()
     assert _bfd_kernel.loaded()
     a = _few_hundred_distinct()
     with _kernel("python"):
@@ -181,6 +181,7 @@ def test_cold_python_hands_over_to_the_kernel_when_over_budget(monkeypatch):
     a = _few_hundred_distinct()
     with _kernel("python"):
         want = plan(a, 32_768)
+    monkeypatch.setattr(best_fit, "_python_spent", 0.0)
     monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 1e-9)  # as if loading the kernel cost nothing
     ran = []
     real_py, real_k = best_fit.grouped_best_fit_python, _bfd_kernel.grouped_best_fit
@@ -189,11 +190,39 @@ def test_cold_python_hands_over_to_the_kernel_when_over_budget(monkeypatch):
     got = plan(a, 32_768)
     assert ran == ["py", "kernel"]
     assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.order, want.order)
+    monkeypatch.setattr(best_fit, "_python_spent", 0.0)
     monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 100.0)  # loading would cost more: Python plans
     ran.clear()
     got = plan(a, 32_768)
     assert ran == ["py"]
     assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.order, want.order)
+
+
+@needs_numba
+def test_python_time_spent_across_calls_counts_against_the_load(monkeypatch):
+    """Ski rental: each cold Python plan spends from the kernel's load budget; once the process has spent
+    it, the kernel plans (a long-lived process never pays more than twice the cheaper choice)."""
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    a = _few_hundred_distinct()
+    monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 100.0)  # not loaded: loading costs 100 s
+    monkeypatch.setattr(best_fit, "_python_spent", 0.0)
+    plan(a, 32_768)
+    assert best_fit._python_spent > 0.0  # the Python plan counted
+    ran = []
+    real_py, real_k = best_fit.grouped_best_fit_python, _bfd_kernel.grouped_best_fit
+    monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *x: ran.append("py") or real_py(*x))
+    monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *x: ran.append("kernel") or real_k(*x))
+    monkeypatch.setattr(best_fit, "_python_spent", 100.0)  # the process has spent what the load costs
+    want = plan(a, 32_768, "bfd")
+    assert ran == ["kernel"]
+    with _kernel("python"):
+        ref = plan(a, 32_768)
+    assert np.array_equal(want.order, ref.order) and np.array_equal(want.offsets, ref.offsets)
+
+
+@needs_numba
+def test_load_kernel_loads_it():
+    assert best_fit.load_kernel() and _bfd_kernel.loaded()
 
 
 def test_python_path_gives_up_past_its_budget():

@@ -22,6 +22,9 @@ from packcfg.packing.planning.common import Packing, sorted_desc
 #   Python path runs first with that much CPU time as its budget and hands over to the kernel if it runs
 #   out (so a cold plan costs at most about twice the cheaper path), except from _KERNEL_SURE_DISTINCT
 #   distinct lengths, where Python is known to cost more than the load and the kernel runs at once.
+#   A process that keeps planning on the Python path also spends that budget across calls (ski rental:
+#   _python_spent): once Python has cost what the load costs, the kernel loads, so a long-lived process
+#   pays at most twice what the cheaper choice would have.
 #   The Python path costs 3.5-10 us per distinct length (bench/packing.py --ratio-only: 8k distinct
 #   29-37 ms, 32k 104-230 ms, 90k-131k 0.3-0.9 s), so it stays under the 0.40-0.65 s load up to ~40k.
 # Both paths give the same plan byte for byte, so the choice never changes a plan.
@@ -30,6 +33,8 @@ _KERNEL_SURE_DISTINCT = 40_000
 # measured on the shared 2-CPU box (numba 0.68.1, cache present): import numba 0.25 s, first call 0.40 s
 _NUMBA_IMPORT_S = 0.25
 _KERNEL_LOAD_S = 0.40
+# CPU seconds the Python path spent in this process on plans the kernel could have made
+_python_spent = 0.0
 # the kernel indexes open packs by remaining capacity (an int32 per capacity, touched only where used)
 _KERNEL_MAX_CAPACITY = 1 << 26
 
@@ -53,6 +58,19 @@ def _kernel_budget() -> float | None:
     return _NUMBA_IMPORT_S + _KERNEL_LOAD_S
 
 
+def load_kernel() -> bool:
+    """Load the compiled kernel now (numba import, then its cache or a compile); False without numba.
+    Benchmarks call it to time warm plans; a long-lived process may call it to skip the cold budget."""
+    if _kernel_budget() is None:
+        return False
+    from packcfg.packing import _bfd_kernel
+
+    if not _bfd_kernel.available():
+        return False
+    _bfd_kernel.grouped_best_fit(np.array([3, 2, 1]), np.ones(3, dtype=np.int64), 8, 1 << 62)
+    return _bfd_kernel.loaded()
+
+
 def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> Packing:
     """Best-fit decreasing on the length histogram.
 
@@ -74,13 +92,19 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
         present, counts = present[::-1], counts[::-1]
     # which path: see _KERNEL_MIN_DISTINCT above; past _KERNEL_MAX_CAPACITY the kernel's
     # per-remaining-capacity index would not fit in memory
+    global _python_spent
     budget = None
     if len(present) >= _KERNEL_MIN_DISTINCT and capacity <= _KERNEL_MAX_CAPACITY:
         budget = _kernel_budget()
-        if budget is not None and len(present) >= _KERNEL_SURE_DISTINCT:
-            budget = 0.0
+        if budget is not None:
+            budget = max(0.0, budget - _python_spent)
+            if len(present) >= _KERNEL_SURE_DISTINCT:
+                budget = 0.0
     if budget != 0.0:
+        t0 = time.process_time()
         packing = grouped_best_fit_python(a, capacity, k_max, counts, present, budget)
+        if budget is not None:
+            _python_spent += time.process_time() - t0
         if packing is not None:
             return packing
     from packcfg.packing import _bfd_kernel  # lazy: numba's import is not free
