@@ -30,13 +30,22 @@ def _kernel(which: str):
 
 @contextlib.contextmanager
 def _always_kernel():
-    old = best_fit._KERNEL_MIN_DISTINCT, best_fit._KERNEL_SURE_DISTINCT
+    old = (
+        best_fit._KERNEL_MIN_DISTINCT,
+        best_fit._KERNEL_SURE_DISTINCT,
+        best_fit._KERNEL_SURE_ITEMS_PER_DISTINCT,
+    )
     # small arrays too, and at once even before the kernel is loaded: otherwise they take the Python path
     best_fit._KERNEL_MIN_DISTINCT = best_fit._KERNEL_SURE_DISTINCT = 0
+    best_fit._KERNEL_SURE_ITEMS_PER_DISTINCT = 1 << 62
     try:
         yield
     finally:
-        best_fit._KERNEL_MIN_DISTINCT, best_fit._KERNEL_SURE_DISTINCT = old
+        (
+            best_fit._KERNEL_MIN_DISTINCT,
+            best_fit._KERNEL_SURE_DISTINCT,
+            best_fit._KERNEL_SURE_ITEMS_PER_DISTINCT,
+        ) = old
 
 
 def _both(lengths, capacity, algorithm="bfd", **kw):
@@ -143,6 +152,7 @@ def test_kernel_is_used_when_numba_is_installed(monkeypatch):
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
     monkeypatch.setattr(best_fit, "_KERNEL_MIN_DISTINCT", 0)
     monkeypatch.setattr(best_fit, "_KERNEL_SURE_DISTINCT", 0)
+    monkeypatch.setattr(best_fit, "_KERNEL_SURE_ITEMS_PER_DISTINCT", 1 << 62)
     assert _bfd_kernel.available()
     monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
     p = plan([5, 3, 3, 2, 8, 1], 8)
@@ -223,6 +233,28 @@ def test_python_time_spent_across_calls_counts_against_the_load(monkeypatch):
 @needs_numba
 def test_load_kernel_loads_it():
     assert best_fit.load_kernel() and _bfd_kernel.loaded()
+
+
+@needs_numba
+def test_cold_kernel_at_once_where_python_would_cost_over_the_sort_bound(monkeypatch):
+    """Cold, from max(1,000, N / 100) distinct lengths the kernel plans at once (Python would cost more than
+    3x an argsort there); below it the Python path plans with the load as its budget."""
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 100.0)  # not loaded
+    monkeypatch.setattr(best_fit, "_python_spent", 0.0)
+    ran = []
+    real_py, real_k = best_fit.grouped_best_fit_python, _bfd_kernel.grouped_best_fit
+    monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *x: ran.append("py") or real_py(*x))
+    monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *x: ran.append("kernel") or real_k(*x))
+    rng = np.random.default_rng(0)
+    plan(rng.integers(1, 1_001, 20_000), 4096)  # 1,000 distinct: the kernel
+    assert ran == ["kernel"]
+    ran.clear()
+    plan(rng.integers(1, 999, 20_000), 4096)  # 998 distinct, 20k samples: Python
+    assert ran == ["py"]
+    ran.clear()
+    plan(rng.integers(1, 1_500, 200_000), 4096)  # 1,499 distinct but 200k samples (bar 2,000): Python
+    assert ran == ["py"]
 
 
 def test_python_path_gives_up_past_its_budget():

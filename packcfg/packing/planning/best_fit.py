@@ -20,16 +20,19 @@ from packcfg.packing.planning.common import Packing, sorted_desc
 #   a few thousand distinct lengths), it plans everything else;
 # - cold, loading it costs about _KERNEL_LOAD_S of CPU (importing numba, then reading its cache): the
 #   Python path runs first with that much CPU time as its budget and hands over to the kernel if it runs
-#   out (so a cold plan costs at most about twice the cheaper path), except from _KERNEL_SURE_DISTINCT
-#   distinct lengths, where Python is known to cost more than the load and the kernel runs at once.
-#   A process that keeps planning on the Python path also spends that budget across calls (ski rental:
+#   out (so a cold plan costs at most about twice the cheaper path), except from max(_KERNEL_SURE_DISTINCT,
+#   items / _KERNEL_SURE_ITEMS_PER_DISTINCT) distinct lengths, where the kernel runs at once: there the
+#   Python path would cost more than 3x one argsort of the lengths (the bar the planner is held to, with
+#   the one-off load counted apart). It costs 3.5-10 us per distinct length plus about two argsorts
+#   (bench/packing.py --ratio-only: 64k samples with 1,000 distinct 5-9 ms, with 1,900 10-12 ms, argsort
+#   3 ms; 1M samples with 11k distinct 76-140 ms, 30k 164-250 ms, argsort 80-90 ms).
+#   A process that keeps planning on the Python path also spends the load budget across calls (ski rental,
 #   _python_spent): once Python has cost what the load costs, the kernel loads, so a long-lived process
 #   pays at most twice what the cheaper choice would have.
-#   The Python path costs 3.5-10 us per distinct length (bench/packing.py --ratio-only: 8k distinct
-#   29-37 ms, 32k 104-230 ms, 90k-131k 0.3-0.9 s), so it stays under the 0.40-0.65 s load up to ~40k.
 # Both paths give the same plan byte for byte, so the choice never changes a plan.
 _KERNEL_MIN_DISTINCT = 64
-_KERNEL_SURE_DISTINCT = 40_000
+_KERNEL_SURE_DISTINCT = 1000
+_KERNEL_SURE_ITEMS_PER_DISTINCT = 100
 # measured on the shared 2-CPU box (numba 0.68.1, cache present): import numba 0.25 s, first call 0.40 s
 _NUMBA_IMPORT_S = 0.25
 _KERNEL_LOAD_S = 0.40
@@ -99,7 +102,7 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
         budget = _kernel_budget()
         if budget is not None:
             budget = max(0.0, budget - _python_spent)
-            if len(present) >= _KERNEL_SURE_DISTINCT:
+            if len(present) >= max(_KERNEL_SURE_DISTINCT, len(a) // _KERNEL_SURE_ITEMS_PER_DISTINCT):
                 budget = 0.0
     if budget != 0.0:
         t0 = time.thread_time()
