@@ -231,8 +231,14 @@ def test_python_time_spent_across_calls_counts_against_the_load(monkeypatch):
 
 
 @needs_numba
-def test_load_kernel_loads_it():
+def test_load_kernel_loads_it(monkeypatch):
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
     assert best_fit.load_kernel() and _bfd_kernel.loaded()
+
+
+def test_load_kernel_is_false_when_the_kernel_is_off(monkeypatch):
+    monkeypatch.setenv("PACKCFG_PLANNER_KERNEL", "python")
+    assert best_fit.load_kernel() is False
 
 
 @needs_numba
