@@ -32,11 +32,10 @@ distribution and capacity (it would only take longer).
 Workloads: lognormal, uniform and realish lengths (bench/packing.py `long_lengths`) at 5k, 150k and 1M
 samples and 4k, 32k and 128k capacity, and the real corpora of bench/packing.py (`real_corpora`). Printed
 for each: CPU ms, x argsort (a NumPy argsort of the same lengths), packs over the lower bound (the larger
-of ceil(sum / capacity) and Martello-Toth's L2), and the peer's time over packcfg's. The defaults of --budget
-and --timeout are what docs/packing.md's table ran with less: that run used --budget 5 --timeout 60.
+of ceil(sum / capacity) and Martello-Toth's L2), and the peer's time over packcfg's.
 
 Usage: python bench/peers.py [--n 5000,150000,1000000] [--caps 4096,32768,131072] [--runs 5]
-       [--budget 10] [--timeout 60] [--peers-python PATH] [--oracle-python PATH] [--no-corpora]
+       [--budget 5] [--timeout 60] [--peers-python PATH] [--oracle-python PATH] [--no-corpora]
 """
 
 from __future__ import annotations
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--caps", default="4096,32768,131072", help="capacities, comma-separated")
     ap.add_argument("--dists", default="lognormal,uniform,realish")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per packer (median reported)")
-    ap.add_argument("--budget", type=float, default=10.0, help="stop timing a packer after this many CPU s")
+    ap.add_argument("--budget", type=float, default=5.0, help="stop timing a packer after this many CPU s")
     ap.add_argument("--timeout", type=int, default=60, help="seconds per peer child process")
     ap.add_argument("--peers-python", default="/work/venvs/peers/bin/python")
     ap.add_argument("--oracle-python", default="/work/venvs/oracle-0.3.1/bin/python")
