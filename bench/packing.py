@@ -19,8 +19,14 @@ it takes minutes per row), packs against the bound.
 Then bfd on few distinct lengths (63, 300, 600, 999: heavy-tailed, like real SFT corpora; 63 and 999 sit just
 under the planner's thresholds) at 2k-128k, warm and in a fresh process (cold).
 
+Then (--ratio-only) bfd against one argsort on every distribution above plus real corpora (Debian changelog
+entries and package records found on this machine, `real_corpora`) at every capacity 2k-128k: warm, on the
+pure-Python path, and cold in a fresh process with the kernel's load shown apart; packs against
+max(ceil(sum / cap), L2) + max(5, 0.01%).
+
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
-       [--long-only] [--few-only] [--long-n N] [--with-python] [--repeat K]
+       [--long-only] [--few-only] [--ratio-only [--ratio-n 64000,1000000] [--no-cold]] [--long-n N]
+       [--with-python] [--repeat K]
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from packcfg.packing import plan  # noqa: E402
+from packcfg.packing.planning.best_fit import load_kernel  # noqa: E402
 
 CAPACITIES = (2048, 4096, 8192)
 ALGOS = ("bfd", "histogram", "ffd", "first_fit_shuffle", "greedy_buffer", "sequential")
@@ -426,7 +433,7 @@ def long_context_table(n: int, with_python: bool) -> None:
     """bfd at capacities 32k/128k: planning time vs a NumPy argsort and the segment-tree reference."""
     from packcfg.packing import _bfd_kernel
 
-    plan(np.arange(1, 2001), 4096)  # load the compiled kernel (numba cache) outside the timings
+    load_kernel()  # load the compiled kernel (numba cache) outside the timings
     print(
         f"\n## Long context: bfd at 32k / 128k, N = {n:,}  (kernel: {'numba' if _bfd_kernel.available() else 'pure Python'}; "
         f"load average {os.getloadavg()[0]:.1f})\n"
@@ -501,18 +508,53 @@ def few_distinct_lengths(n: int, capacity: int, distinct: int, seed: int = 7) ->
 def l2_bound(a: np.ndarray, capacity: int) -> int:
     """Martello and Toth's L2 lower bound on the packs (>= ceil(sum / capacity)): for every threshold k <=
     capacity / 2, items over capacity - k each need a pack of their own, items over capacity / 2 too, and
-    items in [k, capacity / 2] need whatever space the second group leaves, and more packs past it."""
+    items in [k, capacity / 2] need whatever space the second group leaves, and more packs past it.
+    Vectorised over the thresholds with prefix sums over the distinct lengths (ascending)."""
     values, counts = np.unique(a, return_counts=True)
     best = -(-int(a.sum()) // capacity)
-    for k in np.concatenate([[0], values[values <= capacity // 2]]):
-        j1 = values > capacity - k
-        j2 = (values > capacity / 2) & ~j1
-        j3 = (values >= k) & (values <= capacity / 2)
-        n12 = int(counts[j1 | j2].sum())
-        free = int(counts[j2].sum()) * capacity - int((values[j2] * counts[j2]).sum())
-        need = int((values[j3] * counts[j3]).sum()) - free
-        best = max(best, n12 + max(0, -(-need // capacity)))
-    return best
+    cnt = np.concatenate([[0], np.cumsum(counts)])  # items among the first i distinct lengths
+    vol = np.concatenate([[0], np.cumsum(values * counts)])  # their total length
+    half = capacity / 2
+    ks = np.concatenate([[0], values[values <= capacity // 2]])
+    hi = np.searchsorted(values, half, side="right")  # first index with value > cap / 2
+    j1 = np.searchsorted(values, capacity - ks, side="right")  # first index with value > cap - k
+    lo = np.searchsorted(values, ks, side="left")  # first index with value >= k
+    n12 = cnt[-1] - cnt[hi]
+    n2 = cnt[j1] - cnt[hi]
+    free = n2 * capacity - (vol[j1] - vol[hi])
+    need = (vol[hi] - vol[lo]) - free
+    bound = n12 + np.maximum(0, -(-need // capacity))
+    return max(best, int(bound.max()))
+
+
+def real_corpora() -> dict[str, np.ndarray]:
+    """Real text length distributions found on this (Debian) machine, in approximate tokens (UTF-8 bytes / 4,
+    at least 1): every entry of every installed package's changelog.Debian.gz (~29k entries, ~615 distinct
+    lengths) and every package record of bookworm's main Packages list (~63k records, ~770 distinct). Heavy
+    tailed with a few hundred distinct lengths, as real SFT corpora are. A corpus whose files are absent is
+    left out."""
+    import glob
+    import gzip
+    import re
+
+    out: dict[str, np.ndarray] = {}
+    entry = re.compile(r"(?m)^(?=\S+ \([^)]*\) [^;\n]*; urgency=)")
+    lengths: list[int] = []
+    for path in sorted(glob.glob("/usr/share/doc/*/changelog.Debian.gz")):
+        try:
+            text = gzip.open(path, "rt", encoding="utf-8", errors="replace").read()
+        except OSError:
+            continue
+        lengths += [len(x.encode()) // 4 + 1 for x in entry.split(text) if x.strip()]
+    if lengths:
+        out["debian changelogs"] = np.asarray(lengths, dtype=np.int64)
+    lists = sorted(glob.glob("/var/lib/apt/lists/*debian_dists_bookworm_main_binary-*_Packages.lz4"))
+    if lists:
+        proc = subprocess.run(["lz4cat", lists[0]], capture_output=True, check=False)
+        if proc.returncode == 0:
+            records = [r for r in proc.stdout.split(b"\n\n") if r.strip()]
+            out["debian packages"] = np.asarray([len(r) // 4 + 1 for r in records], dtype=np.int64)
+    return out
 
 
 FEW_DISTINCT = (63, 300, 600, 999)  # 63 and 999: just under the planner's thresholds (64 and 1,000)
@@ -522,7 +564,7 @@ COLD = r"""
 import json, sys, time
 import numpy as np
 sys.path.insert(0, {root!r})
-from packcfg.packing import plan, planner
+from packcfg.packing import plan
 sys.path.insert(0, {bench!r})
 from packing import few_distinct_lengths
 a = few_distinct_lengths({n}, {cap}, {d})
@@ -537,9 +579,10 @@ print(json.dumps(dict(t=dt, kernel=bool(k and k.loaded()))))
 
 def few_distinct_table(sizes: tuple[int, ...]) -> None:
     """bfd on a few hundred distinct lengths (issue 23): warm (kernel loaded) and cold (a fresh process)."""
-    from packcfg.packing import _bfd_kernel, planner
+    from packcfg.packing import _bfd_kernel
+    from packcfg.packing.planning import best_fit
 
-    plan(np.arange(1, 2001), 4096)  # load the compiled kernel (numba cache) outside the warm timings
+    load_kernel()  # load the compiled kernel (numba cache) outside the warm timings
     print(
         f"\n## Few distinct lengths: bfd warm, N = {', '.join(f'{n:,}' for n in sizes)}  "
         f"(kernel: {'numba' if _bfd_kernel.available() else 'pure Python'}; "
@@ -570,7 +613,7 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
                 p = plan(a, cap, "bfd")
                 present, counts = np.unique(a, return_counts=True)
                 t_py, _ = _best_of(
-                    lambda a=a, cap=cap, v=present[::-1], c=counts[::-1]: planner._grouped_best_fit_python(
+                    lambda a=a, cap=cap, v=present[::-1], c=counts[::-1]: best_fit.grouped_best_fit_python(
                         a, cap, 1 << 62, c, v
                     ).build(),
                     1,
@@ -624,6 +667,159 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
     )
 
 
+RATIO_CAPACITIES = (2048, 4096, 8192, 32_768, 131_072)
+
+RATIO_COLD = r"""
+import json, sys, time
+import numpy as np
+sys.path.insert(0, {root!r})
+a = np.load({npy!r})
+from packcfg.packing import plan
+t = time.process_time()
+p = plan(a, {cap}); _ = p.order
+cold = time.process_time() - t
+k = sys.modules.get("packcfg.packing._bfd_kernel")
+kernel = bool(k and k.loaded())
+t = time.process_time(); p = plan(a, {cap}); _ = p.order; warm = time.process_time() - t
+if kernel:  # what the first call cost over the second: numba's import and the cache load
+    load = max(0.0, cold - warm)
+else:  # what loading the kernel would have cost (the Python path ran instead)
+    t = time.process_time()
+    from packcfg.packing import _bfd_kernel
+    if _bfd_kernel.available():
+        _bfd_kernel.grouped_best_fit(np.array([3, 2, 1]), np.array([1, 1, 1]), 8, 1 << 62)
+    load = time.process_time() - t
+print(json.dumps(dict(cold=cold, warm=warm, kernel=kernel, load=load)))
+"""
+
+
+def _median(fn, k: int, budget: float = 2.0) -> float:  # type: ignore[no-untyped-def]
+    """Median process CPU time of k calls (fewer once they have cost `budget` seconds)."""
+    times: list[float] = []
+    while len(times) < k and sum(times) <= budget:
+        t = time.process_time()
+        fn()
+        times.append(time.process_time() - t)
+    return float(np.median(times))
+
+
+def ratio_workloads(sizes: tuple[int, ...]) -> list[tuple[str, int, np.ndarray]]:
+    """(name, capacity, lengths): every distribution this bench knows at every capacity 2k-128k."""
+    out = []
+    for cap in RATIO_CAPACITIES:
+        for n in sizes:
+            for dist in ("lognormal", "uniform", "realish"):
+                out.append((dist, cap, long_lengths(dist, n, cap)))
+            for d in FEW_DISTINCT:
+                out.append((f"{d} distinct", cap, few_distinct_lengths(n, cap, d)))
+        for name, lengths in real_corpora().items():
+            out.append((name, cap, np.minimum(lengths, cap)))
+    return out
+
+
+def ratio_table(sizes: tuple[int, ...], cold: bool = True) -> None:
+    """bfd against one NumPy argsort of the same lengths on every distribution and capacity: warm (kernel
+    loaded), on the pure-Python path (what runs without numba, and cold below 1,000 distinct lengths), and
+    cold in a fresh process (the first plan(); numba's import and cache load, where the kernel ran, shown
+    apart); packs against the target LB + max(5, 0.01%)."""
+    from packcfg.packing import _bfd_kernel
+    from packcfg.packing.planning import best_fit
+
+    load_kernel()  # load the compiled kernel outside the warm timings
+    print(
+        f"\n## bfd / argsort on every distribution, N = {', '.join(f'{n:,}' for n in sizes)} (corpora: their own N)"
+        f"  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
+        f"kernel: {'numba' if _bfd_kernel.available() else 'pure Python'}, "
+        f"load average {os.getloadavg()[0]:.1f})\n"
+    )
+    header = [
+        "lengths",
+        "N",
+        "cap",
+        "distinct",
+        "argsort ms",
+        "bfd ms",
+        "x argsort",
+        "python ms",
+        "x argsort",
+    ]
+    if cold:
+        header += ["cold ms", "path", "load ms", "x argsort"]
+    header += ["packs - LB", "packs ok", "time ok"]
+    rows = []
+    root = str(Path(__file__).resolve().parents[1])
+    worst: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="packcfg-ratio-") as tmp:
+        for name, cap, a in ratio_workloads(sizes):
+            t_sort = _median(lambda a=a: np.argsort(a), 5)
+            t_bfd = _median(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
+            p = plan(a, cap, "bfd")
+            present, counts = np.unique(a, return_counts=True)
+            t_py = _median(
+                lambda a=a, cap=cap, v=present[::-1], c=counts[::-1]: best_fit.grouped_best_fit_python(
+                    a, cap, 1 << 62, c, v
+                ).build(),
+                3,
+            )
+            lb = max(-(-int(a.sum()) // cap), l2_bound(a, cap))
+            target = max(5, lb // 10_000)
+            row = [
+                name,
+                f"{len(a):,}",
+                str(cap),
+                f"{len(present):,}",
+                f"{1e3 * t_sort:.2f}",
+                f"{1e3 * t_bfd:.2f}",
+                f"{t_bfd / t_sort:.2f}",
+                f"{1e3 * t_py:.1f}",
+                f"{t_py / t_sort:.2f}",
+            ]
+            times = [t_bfd]
+            cheaper = False
+            if cold:
+                npy = os.path.join(tmp, "a.npy")
+                np.save(npy, a)
+                out = subprocess.run(
+                    [sys.executable, "-c", RATIO_COLD.format(root=root, npy=npy, cap=cap)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                load = r["load"]
+                t_cold = r["cold"] - load if r["kernel"] else r["cold"]
+                times.append(t_cold)
+                row += [
+                    f"{1e3 * t_cold:.1f}",
+                    "kernel" if r["kernel"] else "python",
+                    f"{1e3 * load:.0f}",
+                    f"{t_cold / t_sort:.2f}",
+                ]
+                # cold on the Python path over 3x argsort, but cheaper than loading the kernel would be
+                cheaper = not r["kernel"] and t_cold <= load + t_bfd
+            fine = [t <= 3 * t_sort or t < 0.010 for t in times]  # warm, then cold
+            ok = "ok" if all(fine) else ("ok*" if fine[0] and cheaper else "MISS")
+            key = f"{name} {cap}"
+            worst[key] = max(worst.get(key, 0.0), max(times) / t_sort)
+            row += [
+                f"{p.num_packs - lb:+d}",
+                "ok" if p.num_packs - lb <= target else "MISS",
+                ok,
+            ]
+            rows.append(row)
+            print(f"  {name} N={len(a):,} cap={cap}", file=sys.stderr, flush=True)
+    print_table(header, rows)
+    print(
+        "\nms: median process CPU ms (argsort and bfd of 5 runs, the Python path of 3); bfd: the path plan() "
+        "takes in a warm process (kernel loaded); python: bfd's pure-Python path alone (no numba); cold: the "
+        "first plan() in a fresh process, the path it took, and the kernel's load apart (numba import + cache "
+        "read: where the kernel ran, the first call's CPU over the second's, not counted in cold ms; where "
+        "Python ran, what loading the kernel then costs); time ok: bfd and cold <= 3x argsort or < 10 ms; ok*: "
+        "cold Python over that, but cheaper than the kernel's load plus its plan; target: packs <= LB + max(5, 0.01% LB), LB = the larger of ceil(sum / cap) and "
+        "Martello-Toth's L2 (items over cap / 2 need a pack each: uniform lengths)."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: 100k / 1M / 100k")
@@ -635,6 +831,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long-only", action="store_true", help="only the long-context (32k/128k) bfd rows")
     ap.add_argument("--long-n", type=int, help="samples per long-context row (default 1M; --quick 100k)")
     ap.add_argument("--few-only", action="store_true", help="only the few-distinct-lengths bfd rows")
+    ap.add_argument(
+        "--ratio-only", action="store_true", help="only bfd / argsort on every distribution at 2k-128k"
+    )
+    ap.add_argument("--ratio-n", default="64000,1000000", help="sample counts for --ratio-only")
+    ap.add_argument("--no-cold", action="store_true", help="--ratio-only without the fresh-process runs")
     ap.add_argument("--with-python", action="store_true", help="long rows: also time bfd's pure-Python path")
     ap.add_argument(
         "--repeat", type=int, default=3, help="end-to-end runs per step (the table shows the min)"
@@ -653,6 +854,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.few_only:
         few_distinct_table((30_000, 64_000))
+        return 0
+    if args.ratio_only:
+        ratio_table(tuple(int(x) for x in args.ratio_n.split(",")), cold=not args.no_cold)
         return 0
     if not args.e2e_only:
         quality_table(n, args.skip_slow)

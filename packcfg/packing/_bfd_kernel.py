@@ -1,5 +1,5 @@
 """Compiled (numba) kernel for `bfd`/`histogram`: the same grouped best fit as
-`planner._grouped_best_fit`, step for step, so the plans are identical byte for byte.
+`planning.best_fit.grouped_best_fit`, step for step, so the plans are identical byte for byte.
 
 The pure-Python version keeps open packs as levels (remaining, items) in a sorted list and finds the
 tightest level with a bisect; inserting into that list costs O(levels) and every step runs in the
@@ -179,7 +179,7 @@ def _part(part, full, q, rest):  # type: ignore[no-untyped-def]
 @_njit
 def _put(lv, r_head, bits, off, nd, slot_free, top, r, k, ch_head, ch_tail, m):  # type: ignore[no-untyped-def]
     """Append the chain ch_head..ch_tail (m packs) to the level (remaining r, k items), creating the level
-    in r's list (k ascending) when absent: Python's `put` (planner._grouped_best_fit_python)."""
+    in r's list (k ascending) when absent: Python's `put` (planning.best_fit.grouped_best_fit_python)."""
     prev_sl = -1
     has = _bits_has(bits, off, r)
     sl = r_head[r] if has else -1  # r_head is only written where a bit is set: untouched pages stay unmapped
@@ -399,7 +399,7 @@ def _scatter(idx, assign, offsets):  # type: ignore[no-untyped-def]
 
 @_njit
 def _counting_order(a, values, group_start, cur, idx):  # type: ignore[no-untyped-def]
-    """Item ids by decreasing length, ties by increasing id (`planner._sorted_desc`) into idx, in
+    """Item ids by decreasing length, ties by increasing id (`planning.common.sorted_desc`) into idx, in
     O(N + max); cur[v] is only read for lengths v that occur, so it can come from np.empty."""
     for g in range(values.shape[0]):
         cur[values[g]] = group_start[g]

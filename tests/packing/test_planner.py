@@ -300,14 +300,14 @@ def test_huge_capacities_plan_in_bounded_memory():
 
 def test_kernel_capacity_limit_keeps_plans():
     """Past the kernel's capacity limit the Python path plans: the same plan either way."""
-    from packcfg.packing import planner
+    from packcfg.packing.planning import best_fit
 
     a = np.random.default_rng(3).integers(1, 50_000, 3000)
     want = plan(a, 60_000)
-    old = planner._KERNEL_MAX_CAPACITY
-    planner._KERNEL_MAX_CAPACITY = 1000
+    old = best_fit._KERNEL_MAX_CAPACITY
+    best_fit._KERNEL_MAX_CAPACITY = 1000
     try:
         got = plan(a, 60_000)
     finally:
-        planner._KERNEL_MAX_CAPACITY = old
+        best_fit._KERNEL_MAX_CAPACITY = old
     assert np.array_equal(got.order, want.order) and np.array_equal(got.offsets, want.offsets)

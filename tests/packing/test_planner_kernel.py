@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packcfg.packing import _bfd_kernel, planner
+from packcfg.packing import _bfd_kernel
 from packcfg.packing.planner import plan
+from packcfg.packing.planning import best_fit
 
 
 @contextlib.contextmanager
@@ -29,13 +30,22 @@ def _kernel(which: str):
 
 @contextlib.contextmanager
 def _always_kernel():
-    old = planner._KERNEL_MIN_DISTINCT, planner._KERNEL_SURE_DISTINCT
+    old = (
+        best_fit._KERNEL_MIN_DISTINCT,
+        best_fit._KERNEL_SURE_DISTINCT,
+        best_fit._KERNEL_SURE_ITEMS_PER_DISTINCT,
+    )
     # small arrays too, and at once even before the kernel is loaded: otherwise they take the Python path
-    planner._KERNEL_MIN_DISTINCT = planner._KERNEL_SURE_DISTINCT = 0
+    best_fit._KERNEL_MIN_DISTINCT = best_fit._KERNEL_SURE_DISTINCT = 0
+    best_fit._KERNEL_SURE_ITEMS_PER_DISTINCT = 1 << 62
     try:
         yield
     finally:
-        planner._KERNEL_MIN_DISTINCT, planner._KERNEL_SURE_DISTINCT = old
+        (
+            best_fit._KERNEL_MIN_DISTINCT,
+            best_fit._KERNEL_SURE_DISTINCT,
+            best_fit._KERNEL_SURE_ITEMS_PER_DISTINCT,
+        ) = old
 
 
 def _both(lengths, capacity, algorithm="bfd", **kw):
@@ -125,13 +135,13 @@ def test_kernel_equal_for_dpo_pairs():
 
 def test_fallback_without_numba_gives_the_same_plan(monkeypatch):
     lengths = _lengths("lognormal", 5_000, 8192, 1)
-    monkeypatch.setattr(planner, "_KERNEL_MIN_DISTINCT", 0)
+    monkeypatch.setattr(best_fit, "_KERNEL_MIN_DISTINCT", 0)
     ref = plan(lengths, 8192, "bfd", max_per_pack=5)
     monkeypatch.setattr(_bfd_kernel, "_HAVE_NUMBA", False)
     assert not _bfd_kernel.available()
     called = []
-    real = planner._grouped_best_fit_python
-    monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *a: called.append(1) or real(*a))
+    real = best_fit.grouped_best_fit_python
+    monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *a: called.append(1) or real(*a))
     fb = plan(lengths, 8192, "bfd", max_per_pack=5)
     assert called, "the pure-Python path must run when numba is absent"
     assert np.array_equal(fb.offsets, ref.offsets) and np.array_equal(fb.order, ref.order)
@@ -140,10 +150,11 @@ def test_fallback_without_numba_gives_the_same_plan(monkeypatch):
 @needs_numba
 def test_kernel_is_used_when_numba_is_installed(monkeypatch):
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
-    monkeypatch.setattr(planner, "_KERNEL_MIN_DISTINCT", 0)
-    monkeypatch.setattr(planner, "_KERNEL_SURE_DISTINCT", 0)
+    monkeypatch.setattr(best_fit, "_KERNEL_MIN_DISTINCT", 0)
+    monkeypatch.setattr(best_fit, "_KERNEL_SURE_DISTINCT", 0)
+    monkeypatch.setattr(best_fit, "_KERNEL_SURE_ITEMS_PER_DISTINCT", 1 << 62)
     assert _bfd_kernel.available()
-    monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
+    monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
     p = plan([5, 3, 3, 2, 8, 1], 8)
     assert p.num_packs == 3
 
@@ -163,12 +174,12 @@ def _few_hundred_distinct(n=20_000, seed=4):
 def test_a_loaded_kernel_plans_a_few_hundred_distinct_lengths(monkeypatch):
     """Once the kernel is loaded it plans inputs far below the old 1,000-distinct threshold (issue 23)."""
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
-    plan(np.arange(1, 2001), 4096)  # 2,000 distinct lengths: loads the kernel
+    best_fit.load_kernel()
     assert _bfd_kernel.loaded()
     a = _few_hundred_distinct()
     with _kernel("python"):
         want = plan(a, 32_768)
-    monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
+    monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *a: pytest.fail("python path ran"))
     got = plan(a, 32_768)
     assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.order, want.order)
 
@@ -180,27 +191,84 @@ def test_cold_python_hands_over_to_the_kernel_when_over_budget(monkeypatch):
     a = _few_hundred_distinct()
     with _kernel("python"):
         want = plan(a, 32_768)
-    monkeypatch.setattr(planner, "_kernel_budget", lambda: 1e-9)  # as if loading the kernel cost nothing
+    monkeypatch.setattr(best_fit, "_python_spent", 0.0)
+    monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 1e-9)  # as if loading the kernel cost nothing
     ran = []
-    real_py, real_k = planner._grouped_best_fit_python, _bfd_kernel.grouped_best_fit
-    monkeypatch.setattr(planner, "_grouped_best_fit_python", lambda *x: ran.append("py") or real_py(*x))
+    real_py, real_k = best_fit.grouped_best_fit_python, _bfd_kernel.grouped_best_fit
+    monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *x: ran.append("py") or real_py(*x))
     monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *x: ran.append("kernel") or real_k(*x))
     got = plan(a, 32_768)
     assert ran == ["py", "kernel"]
     assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.order, want.order)
-    monkeypatch.setattr(planner, "_kernel_budget", lambda: 100.0)  # loading would cost more: Python plans
+    monkeypatch.setattr(best_fit, "_python_spent", 0.0)
+    monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 100.0)  # loading would cost more: Python plans
     ran.clear()
     got = plan(a, 32_768)
     assert ran == ["py"]
     assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.order, want.order)
 
 
+@needs_numba
+def test_python_time_spent_across_calls_counts_against_the_load(monkeypatch):
+    """Ski rental: each cold Python plan spends from the kernel's load budget; once the process has spent
+    it, the kernel plans (a long-lived process never pays more than twice the cheaper choice)."""
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    a = _few_hundred_distinct()
+    monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 100.0)  # not loaded: loading costs 100 s
+    monkeypatch.setattr(best_fit, "_python_spent", 0.0)
+    plan(a, 32_768)
+    assert best_fit._python_spent > 0.0  # the Python plan counted
+    ran = []
+    real_py, real_k = best_fit.grouped_best_fit_python, _bfd_kernel.grouped_best_fit
+    monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *x: ran.append("py") or real_py(*x))
+    monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *x: ran.append("kernel") or real_k(*x))
+    monkeypatch.setattr(best_fit, "_python_spent", 100.0)  # the process has spent what the load costs
+    want = plan(a, 32_768, "bfd")
+    assert ran == ["kernel"]
+    with _kernel("python"):
+        ref = plan(a, 32_768)
+    assert np.array_equal(want.order, ref.order) and np.array_equal(want.offsets, ref.offsets)
+
+
+@needs_numba
+def test_load_kernel_loads_it(monkeypatch):
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    assert best_fit.load_kernel() and _bfd_kernel.loaded()
+
+
+def test_load_kernel_is_false_when_the_kernel_is_off(monkeypatch):
+    monkeypatch.setenv("PACKCFG_PLANNER_KERNEL", "python")
+    assert best_fit.load_kernel() is False
+
+
+@needs_numba
+def test_cold_kernel_at_once_where_python_would_cost_over_the_sort_bound(monkeypatch):
+    """Cold, from max(1,000, N / 100) distinct lengths the kernel plans at once (Python would cost more than
+    3x an argsort there); below it the Python path plans with the load as its budget."""
+    monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
+    monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 100.0)  # not loaded
+    monkeypatch.setattr(best_fit, "_python_spent", 0.0)
+    ran = []
+    real_py, real_k = best_fit.grouped_best_fit_python, _bfd_kernel.grouped_best_fit
+    monkeypatch.setattr(best_fit, "grouped_best_fit_python", lambda *x: ran.append("py") or real_py(*x))
+    monkeypatch.setattr(_bfd_kernel, "grouped_best_fit", lambda *x: ran.append("kernel") or real_k(*x))
+    rng = np.random.default_rng(0)
+    plan(rng.integers(1, 1_001, 20_000), 4096)  # 1,000 distinct: the kernel
+    assert ran == ["kernel"]
+    ran.clear()
+    plan(rng.integers(1, 999, 20_000), 4096)  # 998 distinct, 20k samples: Python
+    assert ran == ["py"]
+    ran.clear()
+    plan(rng.integers(1, 1_500, 200_000), 4096)  # 1,499 distinct but 200k samples (bar 2,000): Python
+    assert ran == ["py"]
+
+
 def test_python_path_gives_up_past_its_budget():
     a = _few_hundred_distinct()
     present, counts = np.unique(a, return_counts=True)
     args = (a, 32_768, 1 << 62, counts[::-1], present[::-1])
-    assert planner._grouped_best_fit_python(*args, 0.0) is None
-    assert planner._grouped_best_fit_python(*args, None) is not None
+    assert best_fit.grouped_best_fit_python(*args, 0.0) is None
+    assert best_fit.grouped_best_fit_python(*args, None) is not None
 
 
 @needs_numba

@@ -1,0 +1,37 @@
+"""What every planning algorithm shares: its result (`Packing`, in CSR form), the planner's error, and the
+decreasing-length item order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class PlanError(ValueError):
+    """Inputs the planner cannot honour; the message is one line that names the offending value."""
+
+
+@dataclass
+class Packing:
+    """What an algorithm hands back: pack boundaries, and the item order (or how to build it)."""
+
+    offsets: np.ndarray
+    order: np.ndarray | None = None
+    build: Callable[[], np.ndarray] | None = None
+    fills: np.ndarray | None = None
+
+
+def from_groups(groups: list[np.ndarray]) -> Packing:
+    offsets = np.zeros(len(groups) + 1, dtype=np.int64)
+    np.cumsum([len(g) for g in groups], out=offsets[1:])
+    order = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
+    return Packing(offsets, order=order.astype(np.int64, copy=False))
+
+
+def sorted_desc(a: np.ndarray) -> np.ndarray:
+    """Item ids by decreasing length, ties by increasing id (stable; radix sort for small lengths)."""
+    top = int(a.max()) if len(a) else 0
+    key = (top - a).astype(np.uint16 if top < 2**16 else np.int64)
+    return np.argsort(key, kind="stable")
