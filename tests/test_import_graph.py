@@ -25,12 +25,7 @@ FLOWS = ("lint", "packing", "launch", "train", "demo", "plan", "integrations")
 
 # Known circles still on this branch, each to be removed when fixed (a fixed one does not fail this test).
 KNOWN_CIRCLES: set[frozenset[str]] = set()  # none: a new circle is a failure, not an entry here
-# Private names imported across modules: none but the packing kernels' numba switch, which the planner split
-# (issue 26) reworks.
-KNOWN_PRIVATE = {
-    ("packcfg.packing._jsonl_kernel", "packcfg.packing._bfd_kernel", "_HAVE_NUMBA"),
-    ("packcfg.packing._jsonl_kernel", "packcfg.packing._bfd_kernel", "_njit"),
-}
+KNOWN_PRIVATE: set[tuple[str, str, str]] = set()  # none: a private name imported elsewhere is a failure
 
 
 def _module_name(path: Path) -> str:

@@ -28,30 +28,30 @@ import numpy as np
 try:  # numba is optional: the planner falls back to pure Python without it
     import numba as _nb
 
-    _HAVE_NUMBA = True
+    HAVE_NUMBA = True
 except Exception:  # pragma: no cover - exercised where numba is absent
     _nb = None
-    _HAVE_NUMBA = False
+    HAVE_NUMBA = False
 
 
 def available() -> bool:
     """Whether the compiled kernel can be used (numba importable and not disabled by the env var)."""
-    return _HAVE_NUMBA and os.environ.get("PACKCFG_PLANNER_KERNEL", "").lower() not in ("python", "0", "off")
+    return HAVE_NUMBA and os.environ.get("PACKCFG_PLANNER_KERNEL", "").lower() not in ("python", "0", "off")
 
 
 def loaded() -> bool:
     """Whether the kernel is compiled (or loaded from numba's cache) in this process: then a call costs
     what the planning costs, with nothing to load first."""
-    return _HAVE_NUMBA and bool(_run.signatures) and bool(_scatter.signatures)
+    return HAVE_NUMBA and bool(_run.signatures) and bool(_scatter.signatures)
 
 
-def _njit(fn: Any) -> Any:
-    if _HAVE_NUMBA:
+def compiled(fn: Any) -> Any:
+    if HAVE_NUMBA:
         return _nb.njit(cache=True, nogil=True)(fn)
     return fn
 
 
-if _HAVE_NUMBA:
+if HAVE_NUMBA:
     from llvmlite import ir as _ir
     from numba import types as _types
     from numba.extending import intrinsic as _intrinsic
@@ -87,7 +87,7 @@ def _bits_layout(n: int) -> np.ndarray:
         n = words
 
 
-@_njit
+@compiled
 def _bits_set(bits, off, r):  # type: ignore[no-untyped-def]
     """Mark r non-empty; a word that was already non-zero is already marked above."""
     for lv in range(off.shape[0] - 1):
@@ -99,7 +99,7 @@ def _bits_set(bits, off, r):  # type: ignore[no-untyped-def]
         r >>= 6
 
 
-@_njit
+@compiled
 def _bits_clear(bits, off, r):  # type: ignore[no-untyped-def]
     """Mark r empty; a word that stays non-zero keeps its mark above."""
     for lv in range(off.shape[0] - 1):
@@ -111,12 +111,12 @@ def _bits_clear(bits, off, r):  # type: ignore[no-untyped-def]
         r >>= 6
 
 
-@_njit
+@compiled
 def _bits_has(bits, off, r):  # type: ignore[no-untyped-def]
     return (bits[off[0] + (r >> 6)] >> np.uint64(r & 63)) & _ONE
 
 
-@_njit
+@compiled
 def _bits_first(bits, off, x):  # type: ignore[no-untyped-def]
     """Smallest marked index >= x, or -1: up while the rest of the word is empty, then down."""
     n_lv = off.shape[0] - 1
@@ -144,7 +144,7 @@ _K, _SIZE, _HEAD, _TAIL, _NEXT = 0, 1, 2, 3, 4
 _S, _E, _PREV, _NXT = 0, 1, 2, 3
 
 
-@_njit
+@compiled
 def _take(free, top, which):  # type: ignore[no-untyped-def]
     """A node (which=0) or level slot (which=2) id: the last one freed, else a new one."""
     if top[which]:
@@ -154,20 +154,20 @@ def _take(free, top, which):  # type: ignore[no-untyped-def]
     return top[which + 1] - 1
 
 
-@_njit
+@compiled
 def _give(free, top, which, i):  # type: ignore[no-untyped-def]
     free[top[which]] = i
     top[which] += 1
 
 
-@_njit
+@compiled
 def _fit(space, length, most):  # type: ignore[no-untyped-def]
     """How many items of `length` fit in `space`, at most `most` (all of `most` for zero lengths)."""
     q = space // length if length else most
     return most if q > most else q
 
 
-@_njit
+@compiled
 def _part(part, full, q, rest):  # type: ignore[no-untyped-def]
     """A step places `full` packs of q items (part 0), then one pack of the `rest` (part 1): (packs,
     items per pack), (0, 0) for an empty part."""
@@ -176,7 +176,7 @@ def _part(part, full, q, rest):  # type: ignore[no-untyped-def]
     return (1, rest) if rest else (0, 0)
 
 
-@_njit
+@compiled
 def _put(lv, r_head, bits, off, nd, slot_free, top, r, k, ch_head, ch_tail, m):  # type: ignore[no-untyped-def]
     """Append the chain ch_head..ch_tail (m packs) to the level (remaining r, k items), creating the level
     in r's list (k ascending) when absent: Python's `put` (planning.best_fit.grouped_best_fit_python)."""
@@ -210,7 +210,7 @@ def _put(lv, r_head, bits, off, nd, slot_free, top, r, k, ch_head, ch_tail, m): 
         r_head[r] = ns
 
 
-@_njit
+@compiled
 def _close(nd, per_pack, fills, c, k, fill):  # type: ignore[no-untyped-def]
     """Record the final item count and fill of every pack in the chain from node c (a closed pack)."""
     while c >= 0:
@@ -220,7 +220,7 @@ def _close(nd, per_pack, fills, c, k, fill):  # type: ignore[no-untyped-def]
         c = nd[c, _NXT]
 
 
-@_njit
+@compiled
 def _run(  # type: ignore[no-untyped-def]
     values,
     counts,
@@ -383,7 +383,7 @@ def _run(  # type: ignore[no-untyped-def]
     return next_id
 
 
-@_njit
+@compiled
 def _scatter(idx, assign, offsets):  # type: ignore[no-untyped-def]
     """Item ids pack after pack. A pack receives its items in decreasing-length order (groups are
     placed one after another, each from its first item on), so a stable pass over the items in that
@@ -397,7 +397,7 @@ def _scatter(idx, assign, offsets):  # type: ignore[no-untyped-def]
     return order
 
 
-@_njit
+@compiled
 def _counting_order(a, values, group_start, cur, idx):  # type: ignore[no-untyped-def]
     """Item ids by decreasing length, ties by increasing id (`planning.common.sorted_desc`) into idx, in
     O(N + max); cur[v] is only read for lengths v that occur, so it can come from np.empty."""

@@ -20,20 +20,20 @@ from typing import Any
 
 import numpy as np
 
-from packcfg.packing._bfd_kernel import _HAVE_NUMBA, _njit
+from packcfg.packing._bfd_kernel import HAVE_NUMBA, compiled
 
 _MAX_ID = 2**31 - 1
 _MAX_ANSWER = 10**15  # far beyond any sample length; larger is refused (the exact reader decides)
 
 
-@_njit
+@compiled
 def _skip_ws(buf, i, end):  # type: ignore[no-untyped-def]
     while i < end and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
         i += 1
     return i
 
 
-@_njit
+@compiled
 def _uint(buf, i, end, limit):  # type: ignore[no-untyped-def]
     """A JSON non-negative integer without sign or leading zero at buf[i:], <= limit: (value, next i) or
     (-1, i) when there is none (a float, an exponent or a second digit after a 0 count as none)."""
@@ -55,7 +55,7 @@ def _uint(buf, i, end, limit):  # type: ignore[no-untyped-def]
     return v, i
 
 
-@_njit
+@compiled
 def _int_list(buf, i, end, out, k, limit):  # type: ignore[no-untyped-def]
     """`[v, v, ...]` at buf[i:] into out[k:]: (values read or -1, next i)."""
     if i >= end or buf[i] != 91:  # [
@@ -79,7 +79,7 @@ def _int_list(buf, i, end, out, k, limit):  # type: ignore[no-untyped-def]
             return -1, i
 
 
-@_njit
+@compiled
 def _key(buf, i, end):  # type: ignore[no-untyped-def]
     """Which known key starts at buf[i:] (0 input_ids, 1 loss_mask, 2 answer_start_idx, -1 another), and
     the index after its closing quote."""
@@ -110,7 +110,7 @@ def _key(buf, i, end):  # type: ignore[no-untyped-def]
     return -1, j + 1
 
 
-@_njit
+@compiled
 def _parse(buf, ids, id_len, masks, mask_len, answer):  # type: ignore[no-untyped-def]
     """Fill the outputs line by line to the end of `buf`; returns (ids read, mask values read, lines, -1)
     or (_, _, _, failing line)."""
@@ -182,7 +182,7 @@ def parse_block(block: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     Returns (ids int32, lengths int64, mask values int8, mask lengths int64 (-1: no loss_mask), answer
     int64 (-1: no answer_start_idx)) for the lines of `block` (whole lines; the last may lack its newline).
     """
-    if not _HAVE_NUMBA or not block:
+    if not HAVE_NUMBA or not block:
         return None
     buf = np.frombuffer(block, dtype=np.uint8)
     # np.empty: only what is written becomes resident. A value takes a digit and a separator; a line at

@@ -82,7 +82,7 @@ def test_errors_are_the_exact_readers(tmp_path, bad, block):
 # --------------------------------------------------------------------------- the compiled strict reader
 
 kernel = pytest.importorskip("packcfg.packing._jsonl_kernel")
-if not kernel._HAVE_NUMBA:  # pragma: no cover - numba is in the pack and dev extras
+if not kernel.HAVE_NUMBA:  # pragma: no cover - numba is in the pack and dev extras
     pytest.skip("numba is not installed", allow_module_level=True)
 
 
@@ -123,7 +123,7 @@ def test_kernel_reads_plain_lines_itself_and_as_the_exact_reader(tmp_path, kind,
     path = tmp_path / "t.jsonl"
     path.write_text(text)
     assert _same(_outcome(path), _exact(path))
-    monkeypatch.setattr(kernel, "_HAVE_NUMBA", False)  # pyarrow's reader alone: the same
+    monkeypatch.setattr(kernel, "HAVE_NUMBA", False)  # pyarrow's reader alone: the same
     assert _same(_outcome(path), _exact(path))
 
 

@@ -71,7 +71,7 @@ def _both(lengths, capacity, algorithm="bfd", **kw):
     return new
 
 
-needs_numba = pytest.mark.skipif(not _bfd_kernel._HAVE_NUMBA, reason="numba not installed")
+needs_numba = pytest.mark.skipif(not _bfd_kernel.HAVE_NUMBA, reason="numba not installed")
 
 
 def _lengths(dist: str, n: int, capacity: int, seed: int) -> np.ndarray:
@@ -137,7 +137,7 @@ def test_fallback_without_numba_gives_the_same_plan(monkeypatch):
     lengths = _lengths("lognormal", 5_000, 8192, 1)
     monkeypatch.setattr(best_fit, "_KERNEL_MIN_DISTINCT", 0)
     ref = plan(lengths, 8192, "bfd", max_per_pack=5)
-    monkeypatch.setattr(_bfd_kernel, "_HAVE_NUMBA", False)
+    monkeypatch.setattr(_bfd_kernel, "HAVE_NUMBA", False)
     assert not _bfd_kernel.available()
     called = []
     real = best_fit.grouped_best_fit_python
