@@ -1,7 +1,9 @@
 """Hostile inputs through the real CLI, command by command (what `scripts/adversary.py` swept, as tests).
 
-Each case builds a fresh folder, runs one real `python -m packcfg ...` in it (tests/robustness/packcfg_cli.py)
-and asserts the contract every command keeps, whatever the input:
+Each case builds a fresh folder, runs one `packcfg ...` in it (tests/robustness/packcfg_cli.py: a real
+`python -m packcfg` process, or, for the large matrices of hostile files, overrides and records,
+`packcfg.cli.main` in this process, ~1 s less per case) and asserts the contract every command keeps,
+whatever the input:
 - no Python traceback reaches the user;
 - the exit status is 0, 1 or 2 (130/143 only on signals, which no case sends);
 - every file the case protects (the command's inputs, files beside its outputs) keeps its content, kind
@@ -21,12 +23,13 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from .packcfg_cli import ROOT, run
+from .packcfg_cli import ROOT, run, run_in_process
 
 TINY = ROOT / "recipes" / "tiny_cpu_sft.yaml"
 CASES = ROOT / "tests" / "cases"
@@ -55,12 +58,18 @@ def attempt(
     protect: tuple[str, ...] = (),
     timeout: float = 120,
     env: dict[str, str] | None = None,
+    in_process: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run `packcfg ARGV` in `folder` and assert the contract (module docstring); `expect`: "refuse" (exit
-    non-zero), "ok" (exit 0) or "any"."""
+    non-zero), "ok" (exit 0) or "any". `in_process`: through `packcfg.cli.main` here (the matrices), not a
+    new interpreter."""
     before = {p: fingerprint(folder / p) for p in protect}
     try:
-        proc = run(argv, folder, timeout=timeout, env=env)
+        proc = (
+            run_in_process(argv, folder, env=env)
+            if in_process
+            else run(argv, folder, timeout=timeout, env=env)
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"packcfg {' '.join(argv)}: no answer in {timeout} s")
     out = proc.stdout + proc.stderr
@@ -92,7 +101,8 @@ def tiny_config(folder: Path, extra: str = "") -> Path:
     return write(folder, "exp.yaml", text + extra)
 
 
-# The matrices (every hostile input x every variant) are slow: hundreds of subprocesses.
+# The matrices (every hostile input x every variant): hundreds of cases, run through `packcfg.cli.main` in this
+# process (`in_process`); every other case here starts the real command.
 slow = pytest.mark.slow
 
 
@@ -109,6 +119,28 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert fingerprint(tmp_path / "a.yaml") != before  # the mode counts too
     os.symlink("a.yaml", tmp_path / "l.yaml")
     assert fingerprint(tmp_path / "l.yaml") == ("link", "a.yaml")
+
+
+def test_the_in_process_checks_can_fail(tmp_path: Path, monkeypatch) -> None:
+    """In process, an exception escaping `main` is the user's traceback, and the exit status and the working
+    folder are the command's own: each is caught or kept."""
+    import packcfg.cli
+
+    write(tmp_path, "a.yaml", MINIMAL)
+    proc = attempt(tmp_path, ["lint", "a.yaml", "--format", "json"], expect="ok", in_process=True)
+    assert json.loads(proc.stdout) == []  # the command's own stdout, captured: no findings
+    here = os.getcwd()
+
+    def crash(argv):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(packcfg.cli, "main", crash)
+    with pytest.raises(AssertionError, match="Traceback"):
+        attempt(tmp_path, ["lint", "a.yaml"], in_process=True)
+    monkeypatch.setattr(packcfg.cli, "main", lambda argv: sys.exit(3))
+    with pytest.raises(AssertionError, match="exit 3"):
+        attempt(tmp_path, ["lint", "a.yaml"], in_process=True)
+    assert os.getcwd() == here
 
 
 # ---------------------------------------------------------------------------------------------------- lint
@@ -185,14 +217,14 @@ BAD_OVERRIDES = [
 @pytest.mark.parametrize("name", list(BAD_YAML))
 def test_lint_hostile_yaml(tmp_path: Path, name: str) -> None:
     write(tmp_path, "exp.yaml", BAD_YAML[name])
-    attempt(tmp_path, ["lint", "exp.yaml"], protect=("exp.yaml",))
+    attempt(tmp_path, ["lint", "exp.yaml"], protect=("exp.yaml",), in_process=True)
 
 
 @slow
 @pytest.mark.parametrize("name", list(BAD_YAML))
 def test_lint_fix_hostile_yaml(tmp_path: Path, name: str) -> None:
     write(tmp_path, "exp.yaml", BAD_YAML[name])
-    attempt(tmp_path, ["lint", "exp.yaml", "--fix"])
+    attempt(tmp_path, ["lint", "exp.yaml", "--fix"], in_process=True)
 
 
 @pytest.mark.parametrize("fmt", ["json", "sarif", "github", "junit"])
@@ -217,7 +249,7 @@ def test_every_reporter_takes_every_hostile_yaml(tmp_path: Path, fmt: str) -> No
 def test_lint_hostile_override(tmp_path: Path, override: str, flag: str) -> None:
     write(tmp_path, "exp.yaml", MINIMAL)
     args = [override] if flag == "positional" else ["-o", override]
-    attempt(tmp_path, ["lint", "exp.yaml", *args], protect=("exp.yaml",))
+    attempt(tmp_path, ["lint", "exp.yaml", *args], protect=("exp.yaml",), in_process=True)
 
 
 def _output_dev_full(d: Path) -> list[str]:
@@ -353,7 +385,7 @@ def test_fix_of_a_file_shared_through_c_is_refused(tmp_path: Path) -> None:
 def test_fix_of_a_read_only_file(tmp_path: Path) -> None:
     shutil.copy(CASES / "PK110_offline_mbs4.yaml", tmp_path / "exp.yaml")
     os.chmod(tmp_path / "exp.yaml", 0o444)
-    attempt(tmp_path, ["lint", "exp.yaml", "--fix"])
+    attempt(tmp_path, ["lint", "exp.yaml", "--fix"], in_process=True)
 
 
 # ---------------------------------------------------------------------------------------------- pack, verify
@@ -396,7 +428,9 @@ def _pack_expectation(name: str, oversize: str) -> str:
 def test_pack_hostile_jsonl(tmp_path: Path, name: str, oversize: str) -> None:
     write(tmp_path, "data.jsonl", JSONL[name])
     argv = ["pack", "data.jsonl", "--capacity", "512", "--oversize", oversize, "--out", "out.parquet", "-q"]
-    attempt(tmp_path, argv, expect=_pack_expectation(name, oversize), protect=("data.jsonl",))
+    attempt(
+        tmp_path, argv, expect=_pack_expectation(name, oversize), protect=("data.jsonl",), in_process=True
+    )
 
 
 GOOD = "".join(json.dumps({"input_ids": list(range(1, 1 + (i % 50) + 5))}) + "\n" for i in range(200))
@@ -658,7 +692,9 @@ CORRUPT_RECORDS = {
 def test_job_commands_on_a_corrupt_record(tmp_path: Path, record: str, command: str) -> None:
     write(tmp_path, "store/jobs/j1.json", CORRUPT_RECORDS[record])
     argv = [command] if command == "status" else [command, "j1"]
-    attempt(tmp_path, argv, protect=("store/jobs/j1.json",), env={"PACKCFG_STATE_DIR": "store"}, timeout=60)
+    attempt(
+        tmp_path, argv, protect=("store/jobs/j1.json",), env={"PACKCFG_STATE_DIR": "store"}, in_process=True
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- train
