@@ -217,7 +217,7 @@ class BridgePlan:
                     out.append(f"python3 -m packcfg pack config.yaml -q --bridge-npy {shlex.quote(prep.npy)}")
                 continue
             words = ["python3", "-m", "packcfg", "pack", "config.yaml", "-q", "--split", prep.split]
-            words += ["--out", prep.parquet, "--metadata", prep.metadata or ""]
+            words += ["--parquet", prep.parquet, "--metadata", prep.metadata or ""]
             if prep.npy:
                 words += ["--bridge-npy", prep.npy]
             out.append(" ".join(shlex.quote(w) for w in words))

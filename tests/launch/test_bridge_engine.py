@@ -169,7 +169,7 @@ def test_plan_bundle_tokenizer_folder_and_data_prep() -> None:
     assert got.prep_commands() == [
         "python3 -m packcfg verify config.yaml",
         f"python3 -m packcfg pack config.yaml -q --bridge-npy {packed}/train.npy",
-        f"python3 -m packcfg pack config.yaml -q --split validation --out {packed}/validation.parquet "
+        f"python3 -m packcfg pack config.yaml -q --split validation --parquet {packed}/validation.parquet "
         f"--metadata {packed}/validation_metadata.json --bridge-npy {packed}/validation.npy",
     ]
     words = overrides(got.data, got.whole)
