@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from packcfg.plan.estimate import RECOMPUTE, Estimate, Hardware, Layout, PackProfile, Precision, estimate
-from packcfg.plan.shape import ModelShape, PlanError, shape_from_config
+from packcfg.plan.shape import ModelShape, PlanError, flag, shape_from_config
 
 
 @dataclass(frozen=True)
@@ -84,19 +84,15 @@ def _pos_int(config: Mapping[str, Any], dotted: str, default: int) -> int:
     return value
 
 
-def _truthy(value: Any) -> bool:
-    return value is True or str(value).lower() in {"true", "1", "yes"}
-
-
 def precision_of(config: Mapping[str, Any]) -> Precision:
-    bf16 = any(_truthy(_get(config, k)) for k in ("model.bf16", "optimizer.bf16")) or str(
+    bf16 = any(flag(_get(config, k)) for k in ("model.bf16", "optimizer.bf16")) or str(
         _get(config, "mixed_precision") or ""
     ).startswith("bf16")
     return Precision(
         bf16=bf16,
-        grad_reduce_in_fp32=_truthy(_get(config, "ddp.grad_reduce_in_fp32", bf16)),
-        distributed_optimizer=_truthy(_get(config, "ddp.use_distributed_optimizer"))
-        or _truthy(_get(config, "optimizer.use_distributed_optimizer")),
+        grad_reduce_in_fp32=flag(_get(config, "ddp.grad_reduce_in_fp32", bf16)),
+        distributed_optimizer=flag(_get(config, "ddp.use_distributed_optimizer"))
+        or flag(_get(config, "optimizer.use_distributed_optimizer")),
     )
 
 
@@ -291,7 +287,7 @@ def plan_config(
     m0 = _pos_int(config, "dataset.offline_packing_specs.pad_seq_to_mult", 1)
     g0 = _pos_int(config, "train.global_batch_size", 1)
     pairs = _get(config, "recipe.mode") == "dpo"
-    fixed = _truthy(_get(config, "dataset.dataset_kwargs.pad_to_max_length"))
+    fixed = flag(_get(config, "dataset.dataset_kwargs.pad_to_max_length"))
     seed = _get(config, "dataset.seed", 0) if isinstance(_get(config, "dataset.seed"), int) else 0
     profiles = Profiles(lengths, pairs, seed, fixed)
     base = profiles.get(p0, m0)
@@ -302,7 +298,7 @@ def plan_config(
             "samples per step; give --samples-per-step N to plan larger packs"
         )
     target = request.samples_per_step or g0 * base.samples_per_pack  # type: ignore[union-attr]
-    overlap = _truthy(_get(config, "ddp.overlap_grad_reduce"))
+    overlap = flag(_get(config, "ddp.overlap_grad_reduce"))
 
     rejected: Counter[str] = Counter()
     scored: list[tuple[Estimate, PackProfile]] = []

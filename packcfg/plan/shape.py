@@ -33,7 +33,8 @@ def _int(model: Mapping[str, Any], key: str, default: int | None = None) -> int:
     return value
 
 
-def _flag(value: Any, default: bool = False) -> bool:
+def flag(value: Any, default: bool = False) -> bool:
+    """A config switch: a bool, or its string spelling (true/1/yes); unset is `default`."""
     if value is None:
         return default
     if isinstance(value, bool):
@@ -188,7 +189,7 @@ def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
     # The packcfg executor builds the vocabulary as given; Bridge pads it when should_pad_vocab is on.
     pad = (
         _int(model, "make_vocab_size_divisible_by", 128)
-        if engine == "bridge" and _flag(model.get("should_pad_vocab"))
+        if engine == "bridge" and flag(model.get("should_pad_vocab"))
         else 1
     )
     return ModelShape(
@@ -199,11 +200,11 @@ def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
         num_query_groups=_int(model, "num_query_groups", heads),
         kv_channels=_int(model, "kv_channels", hidden // heads),
         vocab_size=_int(model, "vocab_size"),
-        tied_embeddings=_flag(model.get("share_embeddings_and_output_weights")),
-        gated_linear_unit=_flag(model.get("gated_linear_unit"), True),
+        tied_embeddings=flag(model.get("share_embeddings_and_output_weights")),
+        gated_linear_unit=flag(model.get("gated_linear_unit"), True),
         rms_norm=str(model.get("normalization") or "RMSNorm") == "RMSNorm",
-        add_bias_linear=_flag(model.get("add_bias_linear")),
-        add_qkv_bias=_flag(model.get("add_qkv_bias")),
-        qk_layernorm=_flag(model.get("qk_layernorm")),
+        add_bias_linear=flag(model.get("add_bias_linear")),
+        add_qkv_bias=flag(model.get("add_qkv_bias")),
+        qk_layernorm=flag(model.get("qk_layernorm")),
         pad_vocab_to=pad,
     )
