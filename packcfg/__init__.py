@@ -1,7 +1,7 @@
 """packcfg: validate, pack, launch and train packed-sequence fine-tuning on Megatron.
 
 The top-level package stays import-light: `packcfg lint` must not pull torch, megatron,
-nemo_run, matplotlib or pydantic, so every flow (and the Python API below) is imported lazily.
+nemo_run or pydantic, so every flow (and the Python API below) is imported lazily.
 """
 
 from __future__ import annotations

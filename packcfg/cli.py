@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 NEEDS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "train": (("train", ("torch", "megatron.core", "pyarrow", "tokenizers")),),
     "export-hf": (("train", ("torch", "megatron.core")), ("hf", ("transformers", "safetensors"))),
-    "demo": (("train", ("torch", "megatron.core", "pyarrow", "tokenizers")), ("pack", ("matplotlib",))),
+    "demo": (("train", ("torch", "megatron.core", "pyarrow", "tokenizers")),),
     "pack": (("pack", ("pyarrow", "tokenizers")),),
     "analyze": (("pack", ("pyarrow", "tokenizers")),),
     "verify": (("pack", ("pyarrow",)),),

@@ -25,7 +25,6 @@ def run_without(module: str, *argv: str, cwd) -> subprocess.CompletedProcess:
     [
         ("torch", ["train", "recipes/tiny_cpu_sft.yaml"], "train"),
         ("torch", ["demo"], "train"),
-        ("matplotlib", ["demo"], "pack"),
         ("pyarrow", ["verify", "x.parquet"], "pack"),
         ("pyarrow", ["analyze"], "pack"),
         ("tokenizers", ["pack"], "pack"),

@@ -14,7 +14,6 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("torch", "megatron.core", "pyarrow", "tokenizers"),
     "hf": ("transformers", "safetensors"),
     "nemo-run": ("nemo_run",),
-    "plot": ("matplotlib",),
     # loggers the config turns on (logger.tensorboard_dir, logger.wandb_project); checked by train's preflight
     "tensorboard": ("tensorboard",),
     "wandb": ("wandb",),

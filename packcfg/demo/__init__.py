@@ -2,7 +2,7 @@
 
 lint -> analyze -> pack -> train packed -> train the same samples padded -> summary + PNG, all in one output
 directory that is replaced only when the run completes. Entry point: `run_demo(DemoOptions(...))`.
-Heavy imports (torch, megatron-core, pyarrow, matplotlib) happen inside the stages that need them, and this
+Heavy imports (torch, megatron-core, pyarrow) happen inside the stages that need them, and this
 package imports its own modules lazily too: `packcfg --help` imports `packcfg.demo.commands` and nothing else.
 """
 

@@ -44,7 +44,7 @@ PACKED_METADATA = "data/metadata.json"
 RUNS: tuple[Batching, ...] = ("packed", "padded")
 # Padded rows of similar-length samples: the throughput reference of the headline (other samples per step).
 GROUPED = "length_grouped"
-PLOT_NAME = "demo.png"
+PLOT_NAME = "demo.svg"
 
 Say = Callable[[str], None]
 
@@ -158,7 +158,7 @@ def _run_stages(options: DemoOptions, config_path: Path, iters: int, stage: Path
             if batching == "padded":  # the strongest padded baseline: the headline's reference
                 runs[GROUPED] = train_stage(*grouped_baseline(config, units), stage, name=GROUPED)
 
-    with _stage(7, "summary", "summary.json, summary.md, demo.png", say, timings):
+    with _stage(7, "summary", "summary.json, summary.md, demo.svg", say, timings):
         result = build_summary(options, config_path, config, iters, lint, packing, runs, timings)
         write_outputs(result, stage)
     result["timings_s"]["summary"] = round(timings["summary"], 3)
@@ -443,20 +443,20 @@ def build_summary(
 
 
 def write_outputs(result: dict[str, Any], stage: Path) -> None:
-    """demo.png and summary.md (summary.json is written last by the caller)."""
-    from packcfg.demo.plot import pack_fills, render_png
+    """demo.svg and summary.md (summary.json is written last by the caller)."""
+    from packcfg.demo.plot import pack_fills, render_svg
 
     pk, tr = result["packing"], result["train"]
     fills = pack_fills(stage / pk["packed_file"], pk["pack_size"])
     rows = {b: summ.read_metrics(stage / tr[b]["metrics"]) for b in RUNS}
-    png = render_png(
+    picture = render_svg(
         rows["packed"],
         rows["padded"],
         fills,
         f"packcfg demo: {result['config_name']}, {tr['steps']} steps x {tr['global_batch_size']} packs",
         tr,
     )
-    _write_bytes(stage / PLOT_NAME, png)
+    _write_text(stage / PLOT_NAME, picture)
     _write_text(stage / "summary.md", summ.format_markdown(result))
 
 

@@ -25,7 +25,7 @@ Public API (stable; the trainer and the demo call it):
 - `read_packed(path) -> iterator of dict rows` (`input_ids` int32, `loss_mask` int8, `seq_start_id`),
   streamed row group by row group; `unpack_row(row)` splits a row back into its samples.
 
-Import cost: this package imports numpy only; pyarrow, tokenizers and matplotlib load when used.
+Import cost: this package imports numpy only; pyarrow and tokenizers load when used.
 """
 
 from __future__ import annotations

@@ -104,34 +104,46 @@ def to_json(obj: Any) -> str:
 def write_plot(
     path: Path, lengths: np.ndarray, p: PackPlan, title: str = "", inputs: Sequence[Path | None] = ()
 ) -> None:
-    """Two panels: the sample length histogram and the pack fill histogram; written atomically, never over
-    one of `inputs`, a special file or a symlink."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed, and no GUI toolkit import
-    import matplotlib.pyplot as plt
+    """Two panels, the sample length histogram and the pack fill histogram, as SVG (packcfg.core.svg);
+    written atomically, never over one of `inputs`, a special file or a symlink."""
+    from packcfg.core import svg
 
     fills = p.pack_lengths() / p.capacity * 100.0
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    bins = min(100, max(10, int(np.sqrt(len(lengths)))))
-    ax1.hist(lengths, bins=bins, color="#4C72B0")
-    ax1.axvline(p.capacity, color="#C44E52", ls="--", label=f"capacity {p.capacity}")
-    ax1.set_xlabel("sample runtime length (tokens)")
-    ax1.set_ylabel("samples")
-    ax1.set_title(f"sample lengths (n={len(lengths):,}, mean {lengths.mean():.0f})")
-    ax1.legend()
-    ax2.hist(fills, bins=np.linspace(0, 100, 51), color="#55A868")
-    ax2.set_yscale("log")  # a handful of underfilled packs must stay visible next to thousands of full ones
-    ax2.set_xlabel("pack fill (% of capacity)")
-    ax2.set_ylabel("packs (log)")
     s = p.stats
-    ax2.set_title(
-        f"pack fill: {s['packs']:,} packs (LB {s['lower_bound']:,}), efficiency {100 * s['efficiency']:.2f}%"
+    top = float(max(int(lengths.max()) if len(lengths) else 1, 1))
+    lengths_panel = svg.histogram(
+        lengths,
+        np.linspace(0.0, top, min(100, max(10, int(np.sqrt(len(lengths))))) + 1),
+        svg.PALETTE["blue"],
+        marker=(float(p.capacity), f"capacity {p.capacity}"),
+        title=f"sample lengths (n={len(lengths):,}, mean {lengths.mean():.0f})",
+        xlabel="sample runtime length (tokens)",
+        ylabel="samples",
     )
-    fig.suptitle(title or f"packcfg analyze: {p.algorithm}, capacity {p.capacity}, align {p.align}")
-    fig.tight_layout()
-    try:
-        with atomic_path(path, inputs=inputs, what="--plot") as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-    finally:
-        plt.close(fig)
+    fill_panel = pack_fill_panel(
+        fills,
+        f"pack fill: {s['packs']:,} packs (LB {s['lower_bound']:,}), efficiency {100 * s['efficiency']:.2f}%",
+        "pack fill (% of capacity)",
+    )
+    doc = svg.figure(
+        [lengths_panel, fill_panel],
+        title or f"packcfg analyze: {p.algorithm}, capacity {p.capacity}, align {p.align}",
+    )
+    with atomic_path(path, inputs=inputs, what="--plot") as tmp:
+        tmp.write_text(doc, encoding="utf-8")
+
+
+def pack_fill_panel(fills_percent: np.ndarray, title: str, xlabel: str) -> Any:
+    """The pack-fill histogram (an `svg.Panel`) of `analyze --plot` and the demo: 2% bins on a log axis, so
+    that a handful of underfilled packs stays visible next to thousands of full ones."""
+    from packcfg.core import svg
+
+    return svg.histogram(
+        fills_percent,
+        np.linspace(0.0, 100.0, 51),
+        svg.PALETTE["green"],
+        log_y=True,
+        title=title,
+        xlabel=xlabel,
+        ylabel="packs (log)",
+    )

@@ -176,15 +176,10 @@ def test_verify_unreadable_input_exits_2(tmp_path, capsys):
 
 
 def test_analyze_table_json_and_plot(tmp_path, capsys, sample_sft):
-    png = tmp_path / "plot.png"
-    rc, out, err = run_cli(
+    png = tmp_path / "plot.svg"
+    rc, out, err = _analyze_sample(
         capsys,
-        "analyze",
-        str(sample_sft / "training.jsonl"),
-        "--tokenizer",
-        str(sample_sft / "tokenizer.json"),
-        "--capacity",
-        "512",
+        sample_sft,
         "--plot",
         str(png),
         "--gbs",
@@ -195,22 +190,42 @@ def test_analyze_table_json_and_plot(tmp_path, capsys, sample_sft):
     lines = [line for line in out.splitlines() if line and not line.startswith(("source:", "wrote"))]
     value_columns = {re.match(r"^(\s*\S.*?)\s{2,}(\S)", line).start(2) for line in lines}
     assert len(value_columns) == 1  # values start in one aligned column
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    rc, out, _ = run_cli(
-        capsys,
-        "analyze",
-        str(sample_sft / "training.jsonl"),
-        "--tokenizer",
-        str(sample_sft / "tokenizer.json"),
-        "--capacity",
-        "512",
-        "--format",
-        "json",
-    )
+    _check_plot(png, out)
+    rc, out, _ = _analyze_sample(capsys, sample_sft, "--format", "json")
     stats = json.loads(out)
     assert rc == 0 and stats["packs"] >= stats["lower_bound"] > 0
     assert stats["padding_tokens"] == stats["bin_waste_tokens"] + stats["alignment_waste_tokens"]
     assert not list(tmp_path.glob("*.parquet"))  # analyze writes no packs
+
+
+def _analyze_sample(capsys, sample_sft, *args: str):
+    """`packcfg analyze` of the bundled sample data at capacity 512, with `args` added."""
+    source, tokenizer = str(sample_sft / "training.jsonl"), str(sample_sft / "tokenizer.json")
+    return run_cli(capsys, "analyze", source, "--tokenizer", tokenizer, "--capacity", "512", *args)
+
+
+def _check_plot(path, table: str) -> None:
+    """The SVG's two histograms count what the table reports: every sample, every pack."""
+    from xml.etree import ElementTree
+
+    ns = "{http://www.w3.org/2000/svg}"
+    root = ElementTree.fromstring(path.read_text())
+    lengths, fills = root.findall(f"{ns}g")
+
+    def counted(panel) -> int:  # each drawn bin says its count in its tooltip: "12 in [a, b]"
+        return sum(int(t.text.split(" in ")[0].replace(",", "")) for t in panel.iter(f"{ns}title"))
+
+    packs = int(re.search(r"^packs\s+([\d,]+)", table, re.M).group(1).replace(",", ""))
+    samples = int(re.search(r"^samples\s+([\d,]+)", table, re.M).group(1).replace(",", ""))
+    assert counted(fills) == packs and counted(lengths) == samples
+    assert f"{packs:,} packs" in "".join(fills.itertext())
+
+
+def test_analyze_plot_must_be_svg(tmp_path, capsys, sample_sft):
+    """A --plot name that is not .svg is one line naming the value and the name to use, before any work."""
+    rc, _, err = _analyze_sample(capsys, sample_sft, "--plot", str(tmp_path / "plot.png"))
+    assert_one_line_error(rc, err, "plot.png", "SVG", "plot.svg")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_analyze_recipe_and_compare(capsys, tiny_recipe):

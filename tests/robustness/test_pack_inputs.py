@@ -199,8 +199,6 @@ def test_output_in_a_read_only_folder(work: Path) -> None:
 )  # fmt: skip
 def test_outputs_never_replace_an_input(work: Path, args: list[str], victim: str) -> None:
     (work / "tok" / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}) + "\n")
-    if "--plot" in args:
-        pytest.importorskip("matplotlib")
     before = snapshot(work)
     refused(run(args, work), victim, "input of this command")
     assert snapshot(work) == before

@@ -15,7 +15,7 @@ from packcfg.core.cli_args import add_merge_arguments, add_out_argument, warn_de
 DESCRIPTION = (
     "Run the whole packed pipeline on the embedded tiny CPU recipe (or CONFIG, with -c files and overrides "
     "merged over it as in every command): lint, analyze, pack, train packed, train the same samples padded, "
-    "then print a summary and write summary.json, summary.md and demo.png (loss curves, pack fill, "
+    "then print a summary and write summary.json, summary.md and demo.svg (loss curves, pack fill, "
     "throughput) into --out DIR. The folder is replaced only when the run completes; an existing folder that "
     "is not a previous demo output is refused."
 )

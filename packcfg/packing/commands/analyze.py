@@ -20,7 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default table)"
     )
-    p.add_argument("--plot", type=Path, metavar="FILE.png", help="write a length and pack-fill histogram PNG")
+    p.add_argument(
+        "--plot", type=Path, metavar="FILE.svg", help="write the length and pack-fill histograms as SVG"
+    )
     p.add_argument(
         "--gbs", type=int, help="unpacked global batch size to advise on (default: train.global_batch_size)"
     )
@@ -46,6 +48,11 @@ def _run(args: argparse.Namespace) -> int:
         from packcfg.core.atomic import check_output
 
         check_output(args.plot, inputs=inputs, what="--plot")
+        if args.plot.suffix.lower() != ".svg":
+            raise PackingError(
+                f"--plot {args.plot}: packcfg draws its charts as SVG; name the file "
+                f"{args.plot.with_suffix('.svg')}"
+            )
     gbs = args.gbs
     if gbs is None and config is not None:
         gbs = unpacked_global_batch_size(config)
