@@ -132,7 +132,8 @@ def settings_from_config(
 ) -> PackSettings:
     """Pack settings from an experiment config (Bridge vocabulary), then explicit overrides (not None).
 
-    capacity <- dataset.offline_packing_specs.packed_sequence_size (else dataset.seq_length);
+    capacity <- dataset.offline_packing_specs.packed_sequence_size (else dataset.seq_length; the section
+    may be spelled packed_sequence_specs, as before Bridge 0.6);
     align <- offline_packing_specs.pad_seq_to_mult; seed <- dataset.seed (else rng.seed);
     source <- dataset.dataset_root/training.jsonl; tokenizer <- tokenizer.tokenizer_model;
     outputs <- offline_packing_specs.packed_train_data_path / packed_metadata_path.
@@ -150,13 +151,20 @@ def settings_from_config(
         )
     if overrides.get("seed") is not None and overrides["seed"] < 0:
         raise PackingError(f"--seed must be >= 0, got {overrides['seed']}")
-    specs = _get(config, "dataset.offline_packing_specs", {}) or {}
+    # the packing section under the name the file gives it: Bridge >= 0.6 `offline_packing_specs`, or the
+    # older `packed_sequence_specs` (the newer wins where both are set, as packcfg.core.normalize reads them),
+    # so that messages name the user's own keys
+    dataset = _get(config, "dataset", {})
+    legacy = isinstance(dataset, Mapping) and "packed_sequence_specs" in dataset
+    specs_at = "dataset.packed_sequence_specs" if legacy and "offline_packing_specs" not in dataset else None
+    specs_at = specs_at or "dataset.offline_packing_specs"
+    specs = _get(config, specs_at, {}) or {}
     if not isinstance(specs, Mapping):
-        raise PackingError(f"config dataset.offline_packing_specs: expected a mapping, got {specs!r}")
-    capacity = _int_setting(config, "dataset.offline_packing_specs.packed_sequence_size", None)
+        raise PackingError(f"config {specs_at}: expected a mapping, got {specs!r}")
+    capacity = _int_setting(config, f"{specs_at}.packed_sequence_size", None)
     if capacity is None:
         capacity = _int_setting(config, "dataset.seq_length", None)
-    align = _int_setting(config, "dataset.offline_packing_specs.pad_seq_to_mult", 1) or 1
+    align = _int_setting(config, f"{specs_at}.pad_seq_to_mult", 1) or 1
     seed = _int_setting(config, "dataset.seed", None)
     if seed is None:
         seed = _int_setting(config, "rng.seed", 0) or 0
@@ -179,14 +187,10 @@ def settings_from_config(
         source = root / name if root.is_dir() or not root.suffix else root
     tokenizer = overrides.get("tokenizer") or path_of("tokenizer.tokenizer_model")
     out_key = {"train": "packed_train_data_path", "validation": "packed_val_data_path"}.get(split)
-    output = overrides.get("output") or (
-        path_of(f"dataset.offline_packing_specs.{out_key}") if out_key else None
-    )
-    metadata = overrides.get("metadata") or path_of("dataset.offline_packing_specs.packed_metadata_path")
+    output = overrides.get("output") or (path_of(f"{specs_at}.{out_key}") if out_key else None)
+    metadata = overrides.get("metadata") or path_of(f"{specs_at}.packed_metadata_path")
     if output is None:
-        raise PackingError(
-            f"config dataset.offline_packing_specs.{out_key}: not set (where the packed file goes)"
-        )
+        raise PackingError(f"config {specs_at}.{out_key}: not set (where the packed file goes)")
     if metadata is None:
         metadata = Path(output).with_name("metadata.json")
     settings = PackSettings(
@@ -210,9 +214,7 @@ def settings_from_config(
         vocab_size=_positive_or_none(_get(config, "model.vocab_size")),
     )
     if not settings.capacity:
-        raise PackingError(
-            "config dataset.offline_packing_specs.packed_sequence_size: not set (the pack size)"
-        )
+        raise PackingError(f"config {specs_at}.packed_sequence_size: not set (the pack size)")
     if settings.capacity > MAX_PACK_SIZE:
         raise PackingError(
             f"config: pack size {settings.capacity} is larger than a packed row can be {_ROW_BOUND}"

@@ -175,6 +175,27 @@ def test_verify_unreadable_input_exits_2(tmp_path, capsys):
     assert_one_line_error(rc, err, "missing column")
 
 
+def test_pack_reads_the_pre_0_6_section_name_and_names_it_back(tmp_path, monkeypatch, capsys, sample_sft):
+    """A config in Bridge < 0.6's spelling (`packed_sequence_specs`) packs at its own size into its own path,
+    and a missing key is named as the file spells it; control: the same values under the current name."""
+    monkeypatch.chdir(tmp_path)
+    for section in ("packed_sequence_specs", "offline_packing_specs"):
+        specs = {"packed_sequence_size": 1024, "pad_seq_to_mult": 8}
+        config = {
+            "dataset": {"dataset_root": str(sample_sft), "seq_length": 512, section: specs},
+            "tokenizer": {"tokenizer_model": str(sample_sft / "tokenizer.json")},
+        }
+        (tmp_path / "exp.yaml").write_text(json.dumps(config))
+        rc, _, err = run_cli(capsys, "pack", "exp.yaml")
+        assert_one_line_error(rc, err, f"dataset.{section}.packed_train_data_path: not set")
+        specs["packed_train_data_path"] = f"{section}/train.parquet"
+        (tmp_path / "exp.yaml").write_text(json.dumps(config))
+        rc, _, err = run_cli(capsys, "pack", "exp.yaml")
+        assert rc == 0, err
+        meta = json.loads((tmp_path / section / "metadata.json").read_text())[0]
+        assert (meta["max_samples_per_bin"] > 0) and meta["pack_size"] == 1024 and meta["pad_seq_to_mult"] == 8, meta
+
+
 def test_analyze_table_json_and_plot(tmp_path, capsys, sample_sft):
     png = tmp_path / "plot.svg"
     rc, out, err = _analyze_sample(
