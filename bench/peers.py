@@ -159,11 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers-python", default="/work/venvs/peers/bin/python")
     ap.add_argument("--oracle-python", default="/work/venvs/oracle-0.3.1/bin/python")
     ap.add_argument("--no-corpora", action="store_true", help="skip the real corpora")
-    ap.add_argument("--peers", default=",".join(_PEERS), help="which peers, comma-separated")
+    ap.add_argument("--peers", default=",".join(_PEERS), help="which peers, comma-separated (bridge, trl, axolotl, llamafactory)")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.n.split(",")]
     caps = [int(x) for x in args.caps.split(",")]
-    peers = [p for p in args.peers.split(",") if p]
+    # a peer by its full name or its first word ("axolotl" for "axolotl multipack")
+    by_word = {name.split()[0]: name for name in _PEERS}
+    peers = [by_word.get(p.strip(), p.strip()) for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in peers if p not in _PEERS]
+    if unknown:
+        ap.error(f"--peers: unknown {', '.join(map(repr, unknown))}; known: {', '.join(by_word)}")
     load_kernel()  # packcfg warm: the compiled kernel loaded, as every peer is warmed
     print(
         f"# bench/peers.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, python "

@@ -72,7 +72,7 @@ def test_completion_imports_no_heavy_flow() -> None:
     code = (
         "import sys; from packcfg.cli import main; import io, contextlib\n"
         "with contextlib.redirect_stdout(io.StringIO()): main(['completion', 'bash'])\n"
-        "heavy = [m for m in ('torch', 'megatron', 'nemo_run', 'matplotlib') if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'megatron', 'nemo_run') if m in sys.modules]\n"
         "print(','.join(heavy))"
     )
     out = subprocess.run(

@@ -1,4 +1,4 @@
-"""`packcfg lint` never imports the heavy flows: torch, megatron, nemo_run, matplotlib.
+"""`packcfg lint` never imports the heavy flows: torch, megatron, nemo_run.
 
 Nor what only some lint features need: pydantic (`packcfg schema`), ruamel.yaml (`--fix`), jsonschema.
 """
@@ -14,7 +14,6 @@ HEAVY = (
     "torch",
     "megatron",
     "nemo_run",
-    "matplotlib",
     "pydantic",
     "ruamel",
     "jsonschema",
@@ -49,7 +48,7 @@ def test_every_output_format_stays_light(repo_root: Path, tmp_path: Path) -> Non
     for fmt in ("json", "sarif", "github", "junit"):
         code, modules = _modules("lint", str(repo_root / "recipes"), "--format", fmt)
         assert code == 0
-        assert not {m.split(".")[0] for m in modules} & {"torch", "megatron", "nemo_run", "matplotlib"}
+        assert not {m.split(".")[0] for m in modules} & {"torch", "megatron", "nemo_run"}
 
 
 # what one-file `packcfg lint` (stdout report) needs none of: the report-file writer and its temp names
