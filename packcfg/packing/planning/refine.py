@@ -1,0 +1,132 @@
+"""bfd's refinement stage: where best fit lands more than LB + max(5, 0.01% LB) packs, try minimum bin slack
+on the length histogram (packing/_refine_kernel.py) for the largest items and best fit for the rest, and
+keep that plan if it has fewer packs (docs/packing.md, "Quality").
+
+LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
+count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
+Python would cost seconds) and is skipped without it, or with PACKCFG_PLANNER_REFINE=off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from packcfg.packing.planning.common import Packing
+
+# DP cells the stage may spend: about 1.5 ns each compiled, so WORK_PER_ITEM cells per item cost about two
+# argsorts of the lengths; WORK_MIN (a few ms) lets small inputs finish.
+WORK_PER_ITEM = 96
+WORK_MIN = 4_000_000
+
+
+def enabled() -> bool:
+    """Whether the stage may run: numba importable and not switched off (PACKCFG_PLANNER_REFINE=off)."""
+    if os.environ.get("PACKCFG_PLANNER_REFINE", "").lower() in ("0", "off", "no", "false"):
+        return False
+    from packcfg.packing import _refine_kernel
+
+    return _refine_kernel.HAVE_NUMBA
+
+
+def l2_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
+    """Martello and Toth's L2 lower bound on the packs (>= ceil(sum / capacity)) from the histogram
+    (values ascending): for every threshold k <= capacity / 2, items over capacity - k each need a pack,
+    items over capacity / 2 too, and items in [k, capacity / 2] need whatever space the second group leaves."""
+    total = int(np.dot(values, counts))
+    best = -(-total // capacity)
+    cnt = np.concatenate([[0], np.cumsum(counts)])
+    vol = np.concatenate([[0], np.cumsum(values * counts)])
+    ks = np.concatenate([[0], values[values <= capacity // 2]])
+    hi = np.searchsorted(values, capacity / 2, side="right")
+    j1 = np.searchsorted(values, capacity - ks, side="right")
+    lo = np.searchsorted(values, ks, side="left")
+    n12 = cnt[-1] - cnt[hi]
+    n2 = cnt[j1] - cnt[hi]
+    free = n2 * capacity - (vol[j1] - vol[hi])
+    need = (vol[hi] - vol[lo]) - free
+    bound = n12 + np.maximum(0, -(-need // capacity))
+    return max(best, int(bound.max()))
+
+
+def target(present: np.ndarray, counts: np.ndarray, capacity: int) -> int:
+    """LB + max(5, 0.01% LB): the packs bfd is held to (present descending, as grouped_best_fit has it)."""
+    lb = l2_bound(present[::-1], counts[::-1], capacity)
+    return lb + max(5, lb // 10_000)
+
+
+def refine(
+    a: np.ndarray,
+    capacity: int,
+    k_max: int,
+    present: np.ndarray,
+    counts: np.ndarray,
+    packing: Packing,
+    best_fit: Callable[[np.ndarray], Packing],
+) -> Packing:
+    """bfd's plan, or a plan with fewer packs: minimum bin slack patterns (largest items first, each pattern
+    applied to as many packs as the counts allow) until a pattern would waste too much, then best fit
+    (`best_fit(lengths)`, no refinement) on what is left."""
+    packs = len(packing.offsets) - 1
+    if packs <= target(present, counts, capacity) or not enabled():
+        return packing
+    from packcfg.packing import _refine_kernel
+
+    slack = packs * capacity - int(np.dot(present, counts))
+    work = max(WORK_MIN, WORK_PER_ITEM * len(a))
+    pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _ = _refine_kernel.patterns(
+        present, counts, capacity, k_max, slack // 2, work
+    )
+    if mbs_packs == 0 or mbs_packs >= packs:
+        return packing
+    # the items left, as best fit sees them: each group's last items, in decreasing-length order
+    group_start = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=group_start[1:])
+    rest_n = int(left.sum())
+    rest = None
+    if rest_n:
+        rest = best_fit(np.repeat(present, left))
+        if mbs_packs + len(rest.offsets) - 1 >= packs:
+            return packing
+    from packcfg.packing.planning.common import sorted_desc
+
+    def build() -> np.ndarray:
+        idx = sorted_desc(a)
+        order, _, _, taken = _refine_kernel.assign(
+            pat_k, pat_end, ent_g, ent_n, group_start, idx, present, mbs_packs
+        )
+        if rest is None:
+            return order
+        # the items no pattern took: positions group_start[g] + taken[g] .. group_start[g + 1]
+        keep = np.ones(len(a), dtype=bool)
+        keep[_taken_positions(group_start, taken)] = False
+        rest_ids = idx[keep]  # decreasing length, ties by id: what sorted_desc of the rest lengths gives
+        rest_order = rest.order if rest.order is not None else rest.build()  # type: ignore[misc]
+        return np.concatenate([order, rest_ids[rest_order]])
+
+    starts = np.concatenate([[0], pat_end[:-1]])
+    per_pack = np.repeat(np.add.reduceat(ent_n, starts), pat_k)
+    fills = np.repeat(np.add.reduceat(ent_n * present[ent_g], starts), pat_k)
+    if rest is not None:
+        rest_sizes = np.diff(rest.offsets)
+        rest_fills = rest.fills
+        if rest_fills is None:
+            rest_fills = np.add.reduceat(np.repeat(present, left)[rest.order], rest.offsets[:-1])
+        per_pack = np.concatenate([per_pack, rest_sizes])
+        fills = np.concatenate([fills, rest_fills])
+    offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
+    np.cumsum(per_pack, out=offsets[1:])
+    return Packing(offsets, fills=fills, build=build)
+
+
+def _taken_positions(group_start: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """Positions group_start[g] .. group_start[g] + taken[g] for every group, concatenated."""
+    total = int(taken.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(group_start[:-1], taken)
+    first = np.cumsum(taken) - taken
+    within = np.arange(total, dtype=np.int64) - np.repeat(first, taken)
+    return starts + within
