@@ -51,9 +51,10 @@ def l2_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
     return max(best, int(bound.max()))
 
 
-def target(present: np.ndarray, counts: np.ndarray, capacity: int) -> int:
-    """LB + max(5, 0.01% LB): the packs bfd is held to (present descending, as grouped_best_fit has it)."""
-    lb = l2_bound(present[::-1], counts[::-1], capacity)
+def target(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
+    """LB + max(5, 0.01% LB): the packs bfd is held to (present descending, as grouped_best_fit has it); with
+    max_per_pack, LB is at least the items over k_max."""
+    lb = max(l2_bound(present[::-1], counts[::-1], capacity), -(-int(counts.sum()) // k_max))
     return lb + max(5, lb // 10_000)
 
 
@@ -70,7 +71,7 @@ def refine(
     applied to as many packs as the counts allow) until a pattern would waste too much, then best fit
     (`best_fit(lengths)`, no refinement) on what is left."""
     packs = len(packing.offsets) - 1
-    if packs <= target(present, counts, capacity) or not enabled():
+    if packs <= target(present, counts, capacity, k_max) or not enabled():
         return packing
     from packcfg.packing import _refine_kernel
 
