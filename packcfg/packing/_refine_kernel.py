@@ -74,8 +74,12 @@ def _patterns(values, counts, capacity, k_max, waste_budget, work_budget, pat_k,
             work += 1
             if c == 0 or v == 0:
                 continue
-            work += room - v + 1
-            for s in range(v, room + 1):
+            # sums above best + c * v cannot be reached with this group's c copies
+            hi = best + c * v
+            if hi > room:
+                hi = room
+            work += hi - v + 1
+            for s in range(v, hi + 1):
                 if reach[s] != stamp and reach[s - v] == stamp:
                     u = 1
                     if s > v and par[s - v] == g:
@@ -135,7 +139,7 @@ def _patterns(values, counts, capacity, k_max, waste_budget, work_budget, pat_k,
         n_pat += 1
         packs += k
         waste += k * slack
-    return n_pat, n_ent, packs, waste
+    return n_pat, n_ent, packs, waste, work
 
 
 @compiled
@@ -167,9 +171,9 @@ def _assign(pat_k, pat_end, ent_g, ent_n, group_start, idx, order, per_pack, fil
 
 def patterns(
     values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, waste_budget: int, work_budget: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """Run minimum bin slack on the histogram. Returns (pat_k, pat_end, ent_g, ent_n, left, packs, waste):
-    the patterns, their multiplicities and what is left of each group."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """Run minimum bin slack on the histogram. Returns (pat_k, pat_end, ent_g, ent_n, left, packs, waste,
+    work): the patterns, their multiplicities, what is left of each group, and the DP cells spent."""
     values = np.ascontiguousarray(values, dtype=np.int64)
     left = np.array(counts, dtype=np.int64)
     n = len(values)
@@ -178,7 +182,7 @@ def patterns(
     pat_end = np.empty(n + 1, dtype=np.int64)
     ent_g = np.empty(min(n * (n + 1), 64 * (n + 1)) + 1, dtype=np.int64)  # the stage stops when full
     ent_n = np.empty_like(ent_g)
-    n_pat, n_ent, packs, waste = _patterns(
+    n_pat, n_ent, packs, waste, work = _patterns(
         values,
         left,
         int(capacity),
@@ -190,7 +194,16 @@ def patterns(
         ent_g,
         ent_n,
     )
-    return pat_k[:n_pat], pat_end[:n_pat], ent_g[:n_ent], ent_n[:n_ent], left, int(packs), int(waste)
+    return (
+        pat_k[:n_pat],
+        pat_end[:n_pat],
+        ent_g[:n_ent],
+        ent_n[:n_ent],
+        left,
+        int(packs),
+        int(waste),
+        int(work),
+    )
 
 
 def assign(

@@ -46,10 +46,7 @@ GOLDEN = {
     "bfd:2:20000:32768": "9ad12a3985ca9f4d",
     "bfd:3:500:300": "fd90733d7532f83a",
     "bfd_align_k:1:3000:4096": "aca2079d8acf0652",
-    # issue 23: bfd's refinement stage (planning/refine.py) runs here (max_per_pack 6 keeps best fit 1,232
-    # packs over ceil(sum / cap)) and saves one pack, 4,755 -> 4,754; with PACKCFG_PLANNER_REFINE=off (or
-    # without numba) the plan is the old one, 9cc09523a95e5909
-    "bfd_align_k:2:20000:32768": "166065680078496a",
+    "bfd_align_k:2:20000:32768": "9cc09523a95e5909",
     "bfd_align_k:3:500:300": "f0a81ee01c908dc3",
     "histogram:1:3000:4096": "2b686e85ab402835",
     "histogram:2:20000:32768": "57f786014f69ac84",

@@ -173,6 +173,7 @@ def _few_hundred_distinct(n=20_000, seed=4):
 @needs_numba
 def test_a_loaded_kernel_plans_a_few_hundred_distinct_lengths(monkeypatch):
     """Once the kernel is loaded it plans inputs far below the old 1,000-distinct threshold (issue 23)."""
+    monkeypatch.setenv("PACKCFG_PLANNER_REFINE", "off")  # its best fit of a small rest would take Python
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
     best_fit.load_kernel()
     assert _bfd_kernel.loaded()

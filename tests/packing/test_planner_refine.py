@@ -65,7 +65,8 @@ def test_control_without_the_stage_bfd_misses_the_target(monkeypatch):
 
 @needs_numba
 @pytest.mark.parametrize(
-    ("n", "capacity", "distinct", "gap"), [(20_000, 2048, 63, 0), (20_000, 8192, 300, 2)]
+    ("n", "capacity", "distinct", "gap"),
+    [(20_000, 2048, 63, 0), (20_000, 2048, 300, 3), (30_000, 4096, 63, 0)],
 )
 def test_the_stage_reaches_the_target_on_hard_inputs(monkeypatch, n, capacity, distinct, gap):
     a = _few_distinct(n, capacity, distinct)

@@ -18,8 +18,8 @@ from packcfg.packing.planning.common import Packing
 
 # DP cells the stage may spend: about 1.5 ns each compiled, so WORK_PER_ITEM cells per item cost about two
 # argsorts of the lengths; WORK_MIN (a few ms) lets small inputs finish.
-WORK_PER_ITEM = 96
-WORK_MIN = 4_000_000
+WORK_PER_ITEM = 64
+WORK_MIN = 3_000_000
 
 
 def enabled() -> bool:
@@ -67,31 +67,93 @@ def refine(
     packing: Packing,
     best_fit: Callable[[np.ndarray], Packing],
 ) -> Packing:
-    """bfd's plan, or a plan with fewer packs: minimum bin slack patterns (largest items first, each pattern
-    applied to as many packs as the counts allow) until a pattern would waste too much, then best fit
-    (`best_fit(lengths)`, no refinement) on what is left."""
+    """bfd's plan, or a plan with fewer packs. Two tries, sharing one work budget:
+
+    1. keep bfd's packs that hold an item over capacity / 2 (they need a pack each anyway) and re-plan the
+       items of the others (where best fit leaves slack: homogeneous packs of a frequent length);
+    2. re-plan every item.
+
+    Re-planning is minimum bin slack on the histogram (a pack starts with the largest item left and is filled
+    by a bounded subset sum, the pattern applied to as many packs as the counts allow) until a pattern would
+    waste too much or the budget is spent, then best fit (`best_fit(lengths)`, no refinement) on the rest.
+    The plan with the fewest packs wins; bfd's on a tie."""
     packs = len(packing.offsets) - 1
     if packs <= target(present, counts, capacity, k_max) or not enabled():
         return packing
-    from packcfg.packing import _refine_kernel
-
-    slack = packs * capacity - int(np.dot(present, counts))
     work = max(WORK_MIN, WORK_PER_ITEM * len(a))
-    pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _ = _refine_kernel.patterns(
-        present, counts, capacity, k_max, slack // 2, work
+    best, best_packs = packing, packs
+    order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
+    sizes = np.diff(packing.offsets)
+    big = np.maximum.reduceat(a[order], packing.offsets[:-1]) > capacity // 2
+    if big.any() and not big.all():
+        kept = np.repeat(big, sizes)
+        sub_ids = order[~kept]
+        sub = a[sub_ids]
+        fills = (
+            packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
+        )
+        waste = (int((~big).sum()) * capacity - int(sub.sum())) // 2
+        sub_present, sub_counts = _histogram(sub)
+        plan, spent = _replan(sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit)
+        work -= spent
+        if plan is not None and int(big.sum()) + len(plan.offsets) - 1 < best_packs:
+            best = _join(order[kept], sizes[big], fills[big], sub_ids, plan)
+            best_packs = len(best.offsets) - 1
+    if work > 0:
+        waste = (packs * capacity - int(np.dot(present, counts))) // 2
+        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, best_fit)
+        if plan is not None and len(plan.offsets) - 1 < best_packs:
+            best = plan
+    return best
+
+
+def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct lengths, descending, and their counts."""
+    present, counts = np.unique(a, return_counts=True)
+    return present[::-1], counts[::-1]
+
+
+def _join(
+    kept_order: np.ndarray, kept_sizes: np.ndarray, kept_fills: np.ndarray, sub_ids: np.ndarray, plan: Packing
+) -> Packing:
+    """bfd's kept packs, then the re-planned packs of the items sub_ids (plan's ids index sub_ids)."""
+    sub_fills = plan.fills
+    per_pack = np.concatenate([kept_sizes, np.diff(plan.offsets)])
+    assert sub_fills is not None
+    offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
+    np.cumsum(per_pack, out=offsets[1:])
+
+    def build() -> np.ndarray:
+        sub_order = plan.order if plan.order is not None else plan.build()  # type: ignore[misc]
+        return np.concatenate([kept_order, sub_ids[sub_order]])
+
+    return Packing(offsets, fills=np.concatenate([kept_fills, sub_fills]), build=build)
+
+
+def _replan(
+    a: np.ndarray,
+    capacity: int,
+    k_max: int,
+    present: np.ndarray,
+    counts: np.ndarray,
+    waste_budget: int,
+    work: int,
+    best_fit: Callable[[np.ndarray], Packing],
+) -> tuple[Packing | None, int]:
+    """Minimum bin slack patterns, then best fit on what they leave: (the plan of the items of `a`, or None
+    where no pattern was applied; the DP cells spent)."""
+    from packcfg.packing import _refine_kernel
+    from packcfg.packing.planning.common import sorted_desc
+
+    pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _, spent = _refine_kernel.patterns(
+        present, counts, capacity, k_max, waste_budget, work
     )
-    if mbs_packs == 0 or mbs_packs >= packs:
-        return packing
+    if mbs_packs == 0:
+        return None, spent
     # the items left, as best fit sees them: each group's last items, in decreasing-length order
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=group_start[1:])
-    rest_n = int(left.sum())
-    rest = None
-    if rest_n:
-        rest = best_fit(np.repeat(present, left))
-        if mbs_packs + len(rest.offsets) - 1 >= packs:
-            return packing
-    from packcfg.packing.planning.common import sorted_desc
+    rest = best_fit(np.repeat(present, left)) if int(left.sum()) else None
 
     def build() -> np.ndarray:
         idx = sorted_desc(a)
@@ -111,15 +173,16 @@ def refine(
     per_pack = np.repeat(np.add.reduceat(ent_n, starts), pat_k)
     fills = np.repeat(np.add.reduceat(ent_n * present[ent_g], starts), pat_k)
     if rest is not None:
-        rest_sizes = np.diff(rest.offsets)
         rest_fills = rest.fills
         if rest_fills is None:
-            rest_fills = np.add.reduceat(np.repeat(present, left)[rest.order], rest.offsets[:-1])
-        per_pack = np.concatenate([per_pack, rest_sizes])
+            rest_a = np.repeat(present, left)
+            rest_order = rest.order if rest.order is not None else rest.build()  # type: ignore[misc]
+            rest_fills = np.add.reduceat(rest_a[rest_order], rest.offsets[:-1])
+        per_pack = np.concatenate([per_pack, np.diff(rest.offsets)])
         fills = np.concatenate([fills, rest_fills])
     offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
     np.cumsum(per_pack, out=offsets[1:])
-    return Packing(offsets, fills=fills, build=build)
+    return Packing(offsets, fills=fills, build=build), spent
 
 
 def _taken_positions(group_start: np.ndarray, taken: np.ndarray) -> np.ndarray:
