@@ -16,10 +16,12 @@ import numpy as np
 
 from packcfg.packing.planning.common import Packing
 
-# DP cells the stage may spend: about 1.5 ns each compiled, so WORK_PER_ITEM cells per item cost about two
-# argsorts of the lengths; WORK_MIN (a few ms) lets small inputs finish.
-WORK_PER_ITEM = 64
-WORK_MIN = 3_000_000
+# DP cells the stage may spend: about 1.2 ns each compiled, so WORK_PER_ITEM cells per item cost about one
+# to two argsorts of the lengths (64k samples: ~4 ms, argsort 3 ms); from LARGE items an argsort costs more per
+# item (cache misses: 80 ms at 1M), so the budget per item doubles there; WORK_MIN lets small inputs finish.
+WORK_PER_ITEM = 48
+LARGE = 1 << 18
+WORK_MIN = 2_000_000
 
 
 def enabled() -> bool:
@@ -80,7 +82,7 @@ def refine(
     packs = len(packing.offsets) - 1
     if packs <= target(present, counts, capacity, k_max) or not enabled():
         return packing
-    work = max(WORK_MIN, WORK_PER_ITEM * len(a))
+    work = max(WORK_MIN, WORK_PER_ITEM * len(a) * (2 if len(a) >= LARGE else 1))
     best, best_packs = packing, packs
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
     sizes = np.diff(packing.offsets)
