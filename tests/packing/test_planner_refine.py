@@ -73,7 +73,7 @@ def test_control_without_the_stage_bfd_misses_the_target(monkeypatch):
 @needs_numba
 @pytest.mark.parametrize(
     ("n", "capacity", "distinct", "gap"),
-    [(20_000, 2048, 63, 0), (20_000, 2048, 300, 3), (30_000, 4096, 63, 0)],
+    [(20_000, 2048, 63, 0), (20_000, 2048, 300, 0), (30_000, 4096, 63, 0), (20_000, 2048, 600, 5)],
 )
 def test_the_stage_reaches_the_target_on_hard_inputs(monkeypatch, budget, n, capacity, distinct, gap):
     a = _few_distinct(n, capacity, distinct)
