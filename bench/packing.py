@@ -589,7 +589,9 @@ p = plan(a, {cap})
 _ = p.order
 dt = time.process_time() - t
 k = sys.modules.get("packcfg.packing._bfd_kernel")
-print(json.dumps(dict(t=dt, kernel=bool(k and k.loaded()))))
+r = sys.modules.get("packcfg.packing._refine_kernel")
+stage = bool(r and r.HAVE_NUMBA and r._patterns.signatures)  # bfd's refinement stage loaded numba
+print(json.dumps(dict(t=dt, kernel=bool(k and k.loaded()), stage=stage)))
 """
 
 
@@ -682,13 +684,19 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
         )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         cold.append(
-            [str(d), f"{n:,}", str(cap), f"{1e3 * r['t']:.1f}", "kernel" if r["kernel"] else "python"]
+            [
+                str(d),
+                f"{n:,}",
+                str(cap),
+                f"{1e3 * r['t']:.1f}",
+                ("kernel" if r["kernel"] else "python") + (" + refinement" if r["stage"] else ""),
+            ]
         )
     print("\n## Few distinct lengths: bfd cold (first plan in a fresh process)\n")
     print_table(["distinct", "N", "cap", "cpu ms", "path that finished"], cold)
     print(
         "\ncold: planning CPU of the first plan() in a fresh process, numba's import and cache load included "
-        "where the kernel ran."
+        "where the kernel or bfd's refinement stage (which needs numba) ran."
     )
 
 

@@ -22,6 +22,8 @@ from packcfg.packing.planning.common import Packing
 WORK_PER_ITEM = 48
 LARGE = 1 << 18
 WORK_MIN = 2_000_000
+# the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
+MAX_CAPACITY = 1 << 20
 
 
 def enabled() -> bool:
@@ -80,7 +82,7 @@ def refine(
     waste too much or the budget is spent, then best fit (`best_fit(lengths)`, no refinement) on the rest.
     The plan with the fewest packs wins; bfd's on a tie."""
     packs = len(packing.offsets) - 1
-    if packs <= target(present, counts, capacity, k_max) or not enabled():
+    if capacity > MAX_CAPACITY or packs <= target(present, counts, capacity, k_max) or not enabled():
         return packing
     work = max(WORK_MIN, WORK_PER_ITEM * len(a) * (2 if len(a) >= LARGE else 1))
     best, best_packs = packing, packs
