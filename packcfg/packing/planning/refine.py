@@ -16,12 +16,12 @@ import numpy as np
 
 from packcfg.packing.planning.common import Packing
 
-# DP cells the stage may spend: about 1.2 ns each compiled, so WORK_PER_ITEM cells per item cost about one
-# to two argsorts of the lengths (64k samples: ~4 ms, argsort 3 ms); from LARGE items an argsort costs more per
-# item (cache misses: 80 ms at 1M), so the budget per item doubles there; WORK_MIN lets small inputs finish.
-WORK_PER_ITEM = 48
-LARGE = 1 << 18
-WORK_MIN = 2_000_000
+# DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
+# compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
+# around it about as much again (64k samples: 3-6 ms where it runs, argsort 3 ms); WORK_MIN lets small
+# inputs finish.
+WORK_PER_ITEM = 128
+WORK_MIN = 5_000_000
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
 
@@ -84,7 +84,7 @@ def refine(
     packs = len(packing.offsets) - 1
     if capacity > MAX_CAPACITY or packs <= target(present, counts, capacity, k_max) or not enabled():
         return packing
-    work = max(WORK_MIN, WORK_PER_ITEM * len(a) * (2 if len(a) >= LARGE else 1))
+    work = max(WORK_MIN, WORK_PER_ITEM * len(a))
     best, best_packs = packing, packs
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
     sizes = np.diff(packing.offsets)
@@ -112,9 +112,11 @@ def refine(
 
 
 def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct lengths, descending, and their counts."""
-    present, counts = np.unique(a, return_counts=True)
-    return present[::-1], counts[::-1]
+    """Distinct lengths, descending, and their counts (a bincount: lengths are at most the capacity, which
+    the stage keeps to 2**20)."""
+    hist = np.bincount(a)
+    present = np.flatnonzero(hist)[::-1]
+    return present, hist[present]
 
 
 def _join(
