@@ -96,7 +96,7 @@ def refine(
         fills = (
             packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
         )
-        waste = (int((~big).sum()) * capacity - int(sub.sum())) // 2
+        waste = int((~big).sum()) * capacity - int(sub.sum()) - capacity  # more could not save a pack
         sub_present, sub_counts = _histogram(sub)
         plan, spent = _replan(sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit)
         work -= spent
@@ -104,7 +104,7 @@ def refine(
             best = _join(order[kept], sizes[big], fills[big], sub_ids, plan)
             best_packs = len(best.offsets) - 1
     if work > 0:
-        waste = (packs * capacity - int(np.dot(present, counts))) // 2
+        waste = packs * capacity - int(np.dot(present, counts)) - capacity
         plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, best_fit)
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
