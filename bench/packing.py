@@ -22,7 +22,8 @@ under the planner's thresholds) at 2k-128k, warm and in a fresh process (cold).
 Then (--ratio-only) bfd against one argsort on every distribution above plus real corpora (Debian changelog
 entries and package records found on this machine, `real_corpora`) at every capacity 2k-128k: warm, on the
 pure-Python path, and cold in a fresh process with the kernel's load shown apart; packs against
-max(ceil(sum / cap), L2) + max(5, 0.01%).
+max(ceil(sum / cap), L2) + max(5, 0.01%), before (best fit alone, PACKCFG_PLANNER_REFINE=off) and after bfd's
+refinement stage, with both times.
 
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
        [--long-only] [--few-only] [--ratio-only [--ratio-n 64000,1000000] [--no-cold]] [--long-n N]
@@ -490,6 +491,21 @@ def long_context_table(n: int, with_python: bool) -> None:
     print_table(header, rows)
 
 
+class _refine_off:
+    """bfd without its refinement stage (PACKCFG_PLANNER_REFINE=off): best fit's plan, for the 'before'
+    columns."""
+
+    def __enter__(self) -> None:
+        self.old = os.environ.get("PACKCFG_PLANNER_REFINE")
+        os.environ["PACKCFG_PLANNER_REFINE"] = "off"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is None:
+            del os.environ["PACKCFG_PLANNER_REFINE"]
+        else:
+            os.environ["PACKCFG_PLANNER_REFINE"] = self.old
+
+
 def few_distinct_lengths(n: int, capacity: int, distinct: int, seed: int = 7) -> np.ndarray:
     """SFT-like corpora with few distinct lengths (real ones: 550-615 at 30k-64k samples): `distinct`
     values from a heavy-tailed log-normal over [1, capacity], drawn with Zipf-like weights."""
@@ -573,7 +589,9 @@ p = plan(a, {cap})
 _ = p.order
 dt = time.process_time() - t
 k = sys.modules.get("packcfg.packing._bfd_kernel")
-print(json.dumps(dict(t=dt, kernel=bool(k and k.loaded()))))
+r = sys.modules.get("packcfg.packing._refine_kernel")
+stage = bool(r and r.HAVE_NUMBA and r._patterns.signatures)  # bfd's refinement stage loaded numba
+print(json.dumps(dict(t=dt, kernel=bool(k and k.loaded()), stage=stage)))
 """
 
 
@@ -596,9 +614,11 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
         "bfd ms",
         "x argsort",
         "python ms",
+        "best fit ms",
         "packs",
         "LB",
         "L2",
+        "gap L2 before",
         "gap L2",
         "time ok",
         "packs ok",
@@ -618,6 +638,9 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
                     ).build(),
                     1,
                 )
+                with _refine_off():
+                    t_only, _ = _best_of(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
+                    before = plan(a, cap, "bfd").num_packs
                 lb = -(-int(a.sum()) // cap)
                 l2 = l2_bound(a, cap)
                 ok = t_bfd <= 3 * t_sort or t_bfd < 0.010
@@ -630,18 +653,22 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
                         f"{1e3 * t_bfd:.2f}",
                         f"{t_bfd / t_sort:.2f}",
                         f"{1e3 * t_py:.1f}",
+                        f"{1e3 * t_only:.2f}",
                         f"{p.num_packs:,}",
                         f"{lb:,}",
                         f"{l2:,}",
-                        str(p.num_packs - l2),
+                        f"{before - l2:+d}",
+                        f"{p.num_packs - l2:+d}",
                         "ok" if ok else "MISS",
                         "ok" if p.num_packs <= l2 + max(5, l2 // 10_000) else "MISS",
                     ]
                 )
     print_table(header, rows)
     print(
-        "\nbfd ms: best of 5 CPU ms, kernel loaded; python ms: the pure-Python path alone (what ran below "
-        "1,000 distinct lengths before issue 23); time: bfd <= 3x argsort or < 10 ms; packs: <= L2 + max(5, 0.01%). LB = ceil(sum / cap); "
+        "\nbfd ms: best of 5 CPU ms, kernel loaded, the refinement stage included; python ms: best fit's "
+        "pure-Python path alone (what ran below 1,000 distinct lengths before issue 23); best fit ms / gap L2 "
+        "before: bfd without its refinement stage (PACKCFG_PLANNER_REFINE=off); time: bfd <= 3x argsort or "
+        "< 10 ms; packs: <= L2 + max(5, 0.01%). LB = ceil(sum / cap); "
         "L2: Martello-Toth's bound (items over cap / 2 need a pack each; these tails reach the capacity)."
     )
     root = str(Path(__file__).resolve().parents[1])
@@ -657,13 +684,19 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
         )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         cold.append(
-            [str(d), f"{n:,}", str(cap), f"{1e3 * r['t']:.1f}", "kernel" if r["kernel"] else "python"]
+            [
+                str(d),
+                f"{n:,}",
+                str(cap),
+                f"{1e3 * r['t']:.1f}",
+                ("kernel" if r["kernel"] else "python") + (" + refinement" if r["stage"] else ""),
+            ]
         )
     print("\n## Few distinct lengths: bfd cold (first plan in a fresh process)\n")
     print_table(["distinct", "N", "cap", "cpu ms", "path that finished"], cold)
     print(
         "\ncold: planning CPU of the first plan() in a fresh process, numba's import and cache load included "
-        "where the kernel ran."
+        "where the kernel or bfd's refinement stage (which needs numba) ran."
     )
 
 
@@ -679,7 +712,9 @@ t = time.process_time()
 p = plan(a, {cap}); _ = p.order
 cold = time.process_time() - t
 k = sys.modules.get("packcfg.packing._bfd_kernel")
-kernel = bool(k and k.loaded())
+r = sys.modules.get("packcfg.packing._refine_kernel")
+# numba was loaded: by bfd's kernel, or by its refinement stage (which runs where best fit misses the target)
+kernel = bool(k and k.loaded()) or bool(r and r.HAVE_NUMBA and r._patterns.signatures)
 t = time.process_time(); p = plan(a, {cap}); _ = p.order; warm = time.process_time() - t
 if kernel:  # what the first call cost over the second: numba's import and the cache load
     load = max(0.0, cold - warm)
@@ -745,7 +780,7 @@ def ratio_table(sizes: tuple[int, ...], cold: bool = True) -> None:
     ]
     if cold:
         header += ["cold ms", "path", "load ms", "x argsort"]
-    header += ["packs - LB", "packs ok", "time ok"]
+    header += ["best fit ms", "before", "packs - LB", "packs ok", "time ok"]
     rows = []
     root = str(Path(__file__).resolve().parents[1])
     worst: dict[str, float] = {}
@@ -761,6 +796,9 @@ def ratio_table(sizes: tuple[int, ...], cold: bool = True) -> None:
                 ).build(),
                 3,
             )
+            with _refine_off():
+                t_only = _median(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
+                before = plan(a, cap, "bfd").num_packs
             lb = max(-(-int(a.sum()) // cap), l2_bound(a, cap))
             target = max(5, lb // 10_000)
             row = [
@@ -802,6 +840,8 @@ def ratio_table(sizes: tuple[int, ...], cold: bool = True) -> None:
             key = f"{name} {cap}"
             worst[key] = max(worst.get(key, 0.0), max(times) / t_sort)
             row += [
+                f"{1e3 * t_only:.2f}",
+                f"{before - lb:+d}",
                 f"{p.num_packs - lb:+d}",
                 "ok" if p.num_packs - lb <= target else "MISS",
                 ok,
@@ -816,7 +856,9 @@ def ratio_table(sizes: tuple[int, ...], cold: bool = True) -> None:
         "read: where the kernel ran, the first call's CPU over the second's, not counted in cold ms; where "
         "Python ran, what loading the kernel then costs); time ok: bfd and cold <= 3x argsort or < 10 ms; ok*: "
         "cold Python over that, but cheaper than the kernel's load plus its plan; target: packs <= LB + max(5, 0.01% LB), LB = the larger of ceil(sum / cap) and "
-        "Martello-Toth's L2 (items over cap / 2 need a pack each: uniform lengths)."
+        "Martello-Toth's L2 (items over cap / 2 need a pack each: uniform lengths); bfd ms and packs - LB "
+        "include bfd's refinement stage (planning/refine.py, where best fit misses the target); best fit ms "
+        "and before: without it (PACKCFG_PLANNER_REFINE=off)."
     )
 
 

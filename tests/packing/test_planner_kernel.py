@@ -173,6 +173,7 @@ def _few_hundred_distinct(n=20_000, seed=4):
 @needs_numba
 def test_a_loaded_kernel_plans_a_few_hundred_distinct_lengths(monkeypatch):
     """Once the kernel is loaded it plans inputs far below the old 1,000-distinct threshold (issue 23)."""
+    monkeypatch.setenv("PACKCFG_PLANNER_REFINE", "off")  # its best fit of a small rest would take Python
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
     best_fit.load_kernel()
     assert _bfd_kernel.loaded()
@@ -187,6 +188,7 @@ def test_a_loaded_kernel_plans_a_few_hundred_distinct_lengths(monkeypatch):
 @needs_numba
 def test_cold_python_hands_over_to_the_kernel_when_over_budget(monkeypatch):
     """Cold, the Python path plans within the kernel's load cost or hands over: the same plan either way."""
+    monkeypatch.setenv("PACKCFG_PLANNER_REFINE", "off")  # its best fit of the rest would be a second call
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
     a = _few_hundred_distinct()
     with _kernel("python"):
@@ -212,6 +214,7 @@ def test_cold_python_hands_over_to_the_kernel_when_over_budget(monkeypatch):
 def test_python_time_spent_across_calls_counts_against_the_load(monkeypatch):
     """Ski rental: each cold Python plan spends from the kernel's load budget; once the process has spent
     it, the kernel plans (a long-lived process never pays more than twice the cheaper choice)."""
+    monkeypatch.setenv("PACKCFG_PLANNER_REFINE", "off")  # its best fit of the rest would be a second call
     monkeypatch.delenv("PACKCFG_PLANNER_KERNEL", raising=False)
     a = _few_hundred_distinct()
     monkeypatch.setattr(best_fit, "_kernel_budget", lambda: 100.0)  # not loaded: loading costs 100 s

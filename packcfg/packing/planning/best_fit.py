@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from packcfg.packing.planning import refine
 from packcfg.packing.planning.common import Packing, sorted_desc
 
 # Which path plans bfd/histogram follows measured cost (docs/packing.md, "The bfd kernel"):
@@ -76,6 +77,36 @@ def load_kernel() -> bool:
 
 
 def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> Packing:
+    """Best-fit decreasing on the length histogram, then, where that lands more than LB + max(5, 0.01% LB)
+    packs, the refinement stage (planning/refine.py), whose plan is kept only if it has fewer packs."""
+    k_max = max_per_pack if max_per_pack is not None else 1 << 62
+    present, counts = _histogram(a)
+    packing = _grouped_best_fit(a, capacity, max_per_pack, present, counts)
+    return refine.refine(
+        a,
+        capacity,
+        k_max,
+        present,
+        counts,
+        packing,
+        lambda rest: _grouped_best_fit(rest, capacity, max_per_pack, *_histogram(rest)),
+    )
+
+
+def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct lengths, descending (the order sorted_desc gives), and how many items have each."""
+    if int(a.max()) <= max(8 * len(a), 1 << 22):
+        hist = np.bincount(a)
+        present = np.flatnonzero(hist)[::-1]
+        return present, hist[present]
+    # lengths far above the item count: a histogram would be huge and nearly empty
+    present, counts = np.unique(a, return_counts=True)
+    return present[::-1], counts[::-1]
+
+
+def _grouped_best_fit(
+    a: np.ndarray, capacity: int, max_per_pack: int | None, present: np.ndarray, counts: np.ndarray
+) -> Packing:
     """Best-fit decreasing on the length histogram.
 
     Items of equal length are interchangeable, so a whole group is placed at once: open packs are kept
@@ -86,14 +117,6 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
     touches no per-item data; items are assigned to packs at the end with a few vectorised numpy passes.
     """
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
-    # distinct lengths, descending (the order sorted_desc gives), and how many items have each
-    if int(a.max()) <= max(8 * len(a), 1 << 22):
-        hist = np.bincount(a)
-        present = np.flatnonzero(hist)[::-1]
-        counts = hist[present]
-    else:  # lengths far above the item count: a histogram would be huge and nearly empty
-        present, counts = np.unique(a, return_counts=True)
-        present, counts = present[::-1], counts[::-1]
     # which path: see _KERNEL_MIN_DISTINCT above; past _KERNEL_MAX_CAPACITY the kernel's
     # per-remaining-capacity index would not fit in memory
     global _python_spent

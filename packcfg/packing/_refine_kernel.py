@@ -1,0 +1,316 @@
+"""Compiled (numba) kernel of bfd's refinement stage (`planning.refine`): minimum bin slack on the length
+histogram, each pattern applied with multiplicity.
+
+A pack starts with the largest item left; the rest of it is filled by a bounded subset sum over the items
+left (exact when the histogram allows), and that pattern (how many items of each length) is applied to as
+many packs as the counts allow. The stage stops at the first pattern that would spend more than the waste
+budget, that would hold more than `k_max` items, or once the work budget (DP cells) is spent; what is left
+goes to best fit. The subset sum is a bitset DP with binary splitting of the counts (64 sums a word op).
+Plain Python runs the same code (without numba it is not used: too slow to be worth it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:  # numba is optional: without it the refinement stage is skipped
+    import numba as _nb
+
+    HAVE_NUMBA = True
+except Exception:  # pragma: no cover - exercised where numba is absent
+    _nb = None
+    HAVE_NUMBA = False
+
+
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def compiled(fn: Any) -> Any:
+    if HAVE_NUMBA:
+        return _nb.njit(cache=True, nogil=True)(fn)
+    return fn
+
+
+@compiled
+def _bits_dp(values, counts, lo, n_groups, room, stages, ch_g, ch_n):  # type: ignore[no-untyped-def]
+    """Bounded subset sum by bitsets: group after group (values descending), each group's c copies split
+    into chunks of 1, 2, 4, ... items (binary splitting: every count up to c is a sum of chunks), each chunk
+    a 0/1 item; stages[j + 1] holds the sums reachable after chunk j, for the way back. Stops once `room` is
+    reached or the stages are full. Returns (best sum <= room, chunks, words written)."""
+    n_words = (room >> 6) + 1
+    for i in range(n_words):
+        stages[0, i] = 0
+    stages[0, 0] = 1
+    n_ch = 0
+    work = 0
+    done = False
+    for g in range(lo, n_groups):
+        v = values[g]
+        c = counts[g]
+        if v == 0 or c == 0:
+            continue
+        most = room // v
+        if c > most:
+            c = most
+        size = 1
+        while c > 0 and not done:
+            if size > c:
+                size = c
+            c -= size
+            if n_ch + 1 >= stages.shape[0]:
+                done = True
+                break
+            w = size * v
+            q = w >> 6
+            r = w & 63
+            src = stages[n_ch]
+            dst = stages[n_ch + 1]
+            for i in range(q if q < n_words else n_words):
+                dst[i] = src[i]
+            if r == 0:
+                for i in range(q, n_words):
+                    dst[i] = src[i] | src[i - q]
+            else:
+                if q < n_words:
+                    dst[q] = src[q] | (src[0] << np.uint64(r))
+                for i in range(q + 1, n_words):
+                    dst[i] = src[i] | (src[i - q] << np.uint64(r)) | (src[i - q - 1] >> np.uint64(64 - r))
+            work += n_words
+            ch_g[n_ch] = g
+            ch_n[n_ch] = size
+            n_ch += 1
+            size <<= 1
+            if (dst[room >> 6] >> np.uint64(room & 63)) & np.uint64(1):
+                done = True
+        if done:
+            break
+    last = stages[n_ch]
+    i = room >> 6
+    word = last[i] & (_ALL >> np.uint64(63 - (room & 63)))
+    while word == 0 and i > 0:
+        i -= 1
+        word = last[i]
+    best = 0
+    if word:
+        b = 63
+        while not (word >> np.uint64(b)) & np.uint64(1):
+            b -= 1
+        best = (i << 6) + b
+    return best, n_ch, work
+
+
+@compiled
+def _patterns(
+    values,
+    counts,
+    capacity,
+    k_max,
+    waste_budget,
+    work_budget,
+    pat_k,
+    pat_end,
+    ent_g,
+    ent_n,
+    stages,
+    ch_g,
+    ch_n,
+):  # type: ignore[no-untyped-def]
+    """Minimum bin slack over the histogram (values descending, counts). Fills pat_k (packs per pattern),
+    pat_end (end of each pattern's entries), ent_g / ent_n (group and items per pack); `counts` ends as
+    what is left; stages, ch_g, ch_n are the subset-sum DP's work space (_bits_dp). Returns (patterns,
+    entries, packs, waste, DP cells spent: a bitset word counts as 3)."""
+    n_groups = values.shape[0]
+    need = np.zeros(n_groups, dtype=np.int64)  # items per pack of each group in the pattern (0 between)
+    touched = np.empty(capacity + 2, dtype=np.int64)  # the pattern's groups, ascending
+    n_pat = 0
+    n_ent = 0
+    packs = 0
+    waste = 0
+    work = 0
+    top = 0
+    while True:
+        while top < n_groups and counts[top] == 0:
+            top += 1
+        if top == n_groups or work >= work_budget or n_pat == pat_k.shape[0]:
+            break
+        counts[top] -= 1
+        room = capacity - values[top]
+        # the first group that fits the room (values descend): a bisection, not a scan
+        lo = top
+        hi = n_groups
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if values[mid] > room:
+                lo = mid + 1
+            else:
+                hi = mid
+        work += 64
+        best, n_ch, words = _bits_dp(values, counts, lo, n_groups, room, stages, ch_g, ch_n)
+        work += words * 3  # a word op of the shift-or costs about what 3 cells of a plain DP do
+        counts[top] += 1
+        slack = room - best
+        if waste + slack > waste_budget:
+            break
+        # the pattern: the top item, then the DP's path back from `best`; its groups kept ascending
+        n_touch = 1
+        touched[0] = top
+        need[top] = 1
+        items = 1
+        s = best
+        j_ch = n_ch - 1
+        while s > 0:
+            # the last chunk without which s is out of reach was used
+            while (stages[j_ch, s >> 6] >> np.uint64(s & 63)) & np.uint64(1):
+                j_ch -= 1
+            g = ch_g[j_ch]
+            m = ch_n[j_ch]
+            j_ch -= 1
+            if need[g] == 0:
+                j = n_touch
+                while j > 0 and touched[j - 1] > g:
+                    touched[j] = touched[j - 1]
+                    j -= 1
+                touched[j] = g
+                n_touch += 1
+            need[g] += m
+            items += m
+            s -= m * values[g]
+        work += items
+        k = counts[top]
+        for j in range(n_touch):
+            g = touched[j]
+            kk = counts[g] // need[g]
+            if kk < k:
+                k = kk
+        if slack > 0:
+            k = min(k, (waste_budget - waste) // slack)
+        if items > k_max or n_ent + n_touch > ent_g.shape[0]:
+            for j in range(n_touch):
+                need[touched[j]] = 0
+            break
+        for j in range(n_touch):
+            g = touched[j]
+            counts[g] -= k * need[g]
+            ent_g[n_ent + j] = g
+            ent_n[n_ent + j] = need[g]
+            need[g] = 0
+        n_ent += n_touch
+        pat_k[n_pat] = k
+        pat_end[n_pat] = n_ent
+        n_pat += 1
+        packs += k
+        waste += k * slack
+    return n_pat, n_ent, packs, waste, work
+
+
+@compiled
+def _assign(pat_k, pat_end, ent_g, ent_n, group_start, idx, order, per_pack, fills, values, taken):  # type: ignore[no-untyped-def]
+    """Write the patterns' packs: item ids (from idx, items in decreasing-length order, each group's first
+    items first) into order, pack sizes and fills; taken[g] counts what each group gave."""
+    pos = 0
+    p = 0
+    e0 = 0
+    for j in range(pat_k.shape[0]):
+        e1 = pat_end[j]
+        for _ in range(pat_k[j]):
+            size = 0
+            fill = 0
+            for e in range(e0, e1):
+                g = ent_g[e]
+                for _ in range(ent_n[e]):
+                    order[pos] = idx[group_start[g] + taken[g]]
+                    taken[g] += 1
+                    pos += 1
+                    size += 1
+                    fill += values[g]
+            per_pack[p] = size
+            fills[p] = fill
+            p += 1
+        e0 = e1
+    return pos
+
+
+# the bitset DP's stages (sums reachable after each chunk, kept for the way back) hold at most this many words
+STAGE_WORDS = 1 << 22
+
+
+def patterns(
+    values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, waste_budget: int, work_budget: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """Run minimum bin slack on the histogram. Returns (pat_k, pat_end, ent_g, ent_n, left, packs, waste,
+    work): the patterns, their multiplicities, what is left of each group, and the DP cells spent."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    left = np.array(counts, dtype=np.int64)
+    n = len(values)
+    # a pattern exhausts at least one group or ends the stage; each holds at most one entry per group
+    pat_k = np.empty(n + 1, dtype=np.int64)
+    pat_end = np.empty(n + 1, dtype=np.int64)
+    ent_g = np.empty(min(n * (n + 1), 64 * (n + 1)) + 1, dtype=np.int64)  # the stage stops when full
+    ent_n = np.empty_like(ent_g)
+    # the bitset DP's stages: one row of capacity / 64 + 1 words per chunk, at most STAGE_WORDS in all
+    n_words = (int(capacity) >> 6) + 1
+    rows = min(n * (int(capacity).bit_length() + 1), STAGE_WORDS // n_words) + 1
+    stages = np.empty((max(rows, 2), n_words), dtype=np.uint64)
+    ch_g = np.empty(stages.shape[0], dtype=np.int64)
+    ch_n = np.empty(stages.shape[0], dtype=np.int64)
+    n_pat, n_ent, packs, waste, work = _patterns(
+        values,
+        left,
+        int(capacity),
+        int(k_max),
+        int(waste_budget),
+        int(work_budget),
+        pat_k,
+        pat_end,
+        ent_g,
+        ent_n,
+        stages,
+        ch_g,
+        ch_n,
+    )
+    return (
+        pat_k[:n_pat],
+        pat_end[:n_pat],
+        ent_g[:n_ent],
+        ent_n[:n_ent],
+        left,
+        int(packs),
+        int(waste),
+        int(work),
+    )
+
+
+def assign(
+    pat_k: np.ndarray,
+    pat_end: np.ndarray,
+    ent_g: np.ndarray,
+    ent_n: np.ndarray,
+    group_start: np.ndarray,
+    idx: np.ndarray,
+    values: np.ndarray,
+    packs: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(order, per_pack, fills, taken) of the patterns' packs."""
+    items = int(
+        sum(int(k) * int(ent_n[(pat_end[j - 1] if j else 0) : pat_end[j]].sum()) for j, k in enumerate(pat_k))
+    )
+    order = np.empty(items, dtype=np.int64)
+    per_pack = np.empty(packs, dtype=np.int64)
+    fills = np.empty(packs, dtype=np.int64)
+    taken = np.zeros(len(values), dtype=np.int64)
+    _assign(
+        pat_k,
+        pat_end,
+        ent_g,
+        ent_n,
+        group_start,
+        np.ascontiguousarray(idx, dtype=np.int64),
+        order,
+        per_pack,
+        fills,
+        np.ascontiguousarray(values, dtype=np.int64),
+        taken,
+    )
+    return order, per_pack, fills, taken

@@ -1,0 +1,202 @@
+"""bfd's refinement stage: where best fit lands more than LB + max(5, 0.01% LB) packs, try minimum bin slack
+on the length histogram (packing/_refine_kernel.py) for the largest items and best fit for the rest, and
+keep that plan if it has fewer packs (docs/packing.md, "Quality").
+
+LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
+count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
+Python would cost seconds) and is skipped without it, or with PACKCFG_PLANNER_REFINE=off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from packcfg.packing.planning.common import Packing
+
+# DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
+# compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
+# around it about as much again (64k samples: 3-6 ms where it runs, argsort 3 ms); WORK_MIN lets small
+# inputs finish.
+WORK_PER_ITEM = 128
+WORK_MIN = 5_000_000
+# the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
+MAX_CAPACITY = 1 << 20
+
+
+def enabled() -> bool:
+    """Whether the stage may run: numba importable and not switched off (PACKCFG_PLANNER_REFINE=off)."""
+    if os.environ.get("PACKCFG_PLANNER_REFINE", "").lower() in ("0", "off", "no", "false"):
+        return False
+    from packcfg.packing import _refine_kernel
+
+    return _refine_kernel.HAVE_NUMBA
+
+
+def l2_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
+    """Martello and Toth's L2 lower bound on the packs (>= ceil(sum / capacity)) from the histogram
+    (values ascending): for every threshold k <= capacity / 2, items over capacity - k each need a pack,
+    items over capacity / 2 too, and items in [k, capacity / 2] need whatever space the second group leaves."""
+    total = int(np.dot(values, counts))
+    best = -(-total // capacity)
+    cnt = np.concatenate([[0], np.cumsum(counts)])
+    vol = np.concatenate([[0], np.cumsum(values * counts)])
+    ks = np.concatenate([[0], values[values <= capacity // 2]])
+    hi = np.searchsorted(values, capacity / 2, side="right")
+    j1 = np.searchsorted(values, capacity - ks, side="right")
+    lo = np.searchsorted(values, ks, side="left")
+    n12 = cnt[-1] - cnt[hi]
+    n2 = cnt[j1] - cnt[hi]
+    free = n2 * capacity - (vol[j1] - vol[hi])
+    need = (vol[hi] - vol[lo]) - free
+    bound = n12 + np.maximum(0, -(-need // capacity))
+    return max(best, int(bound.max()))
+
+
+def target(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
+    """LB + max(5, 0.01% LB): the packs bfd is held to (present descending, as grouped_best_fit has it); with
+    max_per_pack, LB is at least the items over k_max."""
+    lb = max(l2_bound(present[::-1], counts[::-1], capacity), -(-int(counts.sum()) // k_max))
+    return lb + max(5, lb // 10_000)
+
+
+def refine(
+    a: np.ndarray,
+    capacity: int,
+    k_max: int,
+    present: np.ndarray,
+    counts: np.ndarray,
+    packing: Packing,
+    best_fit: Callable[[np.ndarray], Packing],
+) -> Packing:
+    """bfd's plan, or a plan with fewer packs. Two tries, sharing one work budget:
+
+    1. keep bfd's packs that hold an item over capacity / 2 (they need a pack each anyway) and re-plan the
+       items of the others (where best fit leaves slack: homogeneous packs of a frequent length);
+    2. re-plan every item.
+
+    Re-planning is minimum bin slack on the histogram (a pack starts with the largest item left and is filled
+    by a bounded subset sum, the pattern applied to as many packs as the counts allow) until a pattern would
+    waste too much or the budget is spent, then best fit (`best_fit(lengths)`, no refinement) on the rest.
+    The plan with the fewest packs wins; bfd's on a tie."""
+    packs = len(packing.offsets) - 1
+    if capacity > MAX_CAPACITY or packs <= target(present, counts, capacity, k_max) or not enabled():
+        return packing
+    work = max(WORK_MIN, WORK_PER_ITEM * len(a))
+    best, best_packs = packing, packs
+    order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
+    sizes = np.diff(packing.offsets)
+    big = np.maximum.reduceat(a[order], packing.offsets[:-1]) > capacity // 2
+    if big.any() and not big.all():
+        kept = np.repeat(big, sizes)
+        sub_ids = order[~kept]
+        sub = a[sub_ids]
+        fills = (
+            packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
+        )
+        waste = int((~big).sum()) * capacity - int(sub.sum()) - capacity  # more could not save a pack
+        sub_present, sub_counts = _histogram(sub)
+        plan, spent = _replan(sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit)
+        work -= spent
+        if plan is not None and int(big.sum()) + len(plan.offsets) - 1 < best_packs:
+            best = _join(order[kept], sizes[big], fills[big], sub_ids, plan)
+            best_packs = len(best.offsets) - 1
+    if work > 0:
+        waste = packs * capacity - int(np.dot(present, counts)) - capacity
+        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, best_fit)
+        if plan is not None and len(plan.offsets) - 1 < best_packs:
+            best = plan
+    return best
+
+
+def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct lengths, descending, and their counts (a bincount: lengths are at most the capacity, which
+    the stage keeps to 2**20)."""
+    hist = np.bincount(a)
+    present = np.flatnonzero(hist)[::-1]
+    return present, hist[present]
+
+
+def _join(
+    kept_order: np.ndarray, kept_sizes: np.ndarray, kept_fills: np.ndarray, sub_ids: np.ndarray, plan: Packing
+) -> Packing:
+    """bfd's kept packs, then the re-planned packs of the items sub_ids (plan's ids index sub_ids)."""
+    sub_fills = plan.fills
+    per_pack = np.concatenate([kept_sizes, np.diff(plan.offsets)])
+    assert sub_fills is not None
+    offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
+    np.cumsum(per_pack, out=offsets[1:])
+
+    def build() -> np.ndarray:
+        sub_order = plan.order if plan.order is not None else plan.build()  # type: ignore[misc]
+        return np.concatenate([kept_order, sub_ids[sub_order]])
+
+    return Packing(offsets, fills=np.concatenate([kept_fills, sub_fills]), build=build)
+
+
+def _replan(
+    a: np.ndarray,
+    capacity: int,
+    k_max: int,
+    present: np.ndarray,
+    counts: np.ndarray,
+    waste_budget: int,
+    work: int,
+    best_fit: Callable[[np.ndarray], Packing],
+) -> tuple[Packing | None, int]:
+    """Minimum bin slack patterns, then best fit on what they leave: (the plan of the items of `a`, or None
+    where no pattern was applied; the DP cells spent)."""
+    from packcfg.packing import _refine_kernel
+    from packcfg.packing.planning.common import sorted_desc
+
+    pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _, spent = _refine_kernel.patterns(
+        present, counts, capacity, k_max, waste_budget, work
+    )
+    if mbs_packs == 0:
+        return None, spent
+    # the items left, as best fit sees them: each group's last items, in decreasing-length order
+    group_start = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=group_start[1:])
+    rest = best_fit(np.repeat(present, left)) if int(left.sum()) else None
+
+    def build() -> np.ndarray:
+        idx = sorted_desc(a)
+        order, _, _, taken = _refine_kernel.assign(
+            pat_k, pat_end, ent_g, ent_n, group_start, idx, present, mbs_packs
+        )
+        if rest is None:
+            return order
+        # the items no pattern took: positions group_start[g] + taken[g] .. group_start[g + 1]
+        keep = np.ones(len(a), dtype=bool)
+        keep[_taken_positions(group_start, taken)] = False
+        rest_ids = idx[keep]  # decreasing length, ties by id: what sorted_desc of the rest lengths gives
+        rest_order = rest.order if rest.order is not None else rest.build()  # type: ignore[misc]
+        return np.concatenate([order, rest_ids[rest_order]])
+
+    starts = np.concatenate([[0], pat_end[:-1]])
+    per_pack = np.repeat(np.add.reduceat(ent_n, starts), pat_k)
+    fills = np.repeat(np.add.reduceat(ent_n * present[ent_g], starts), pat_k)
+    if rest is not None:
+        rest_fills = rest.fills
+        if rest_fills is None:
+            rest_a = np.repeat(present, left)
+            rest_order = rest.order if rest.order is not None else rest.build()  # type: ignore[misc]
+            rest_fills = np.add.reduceat(rest_a[rest_order], rest.offsets[:-1])
+        per_pack = np.concatenate([per_pack, np.diff(rest.offsets)])
+        fills = np.concatenate([fills, rest_fills])
+    offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
+    np.cumsum(per_pack, out=offsets[1:])
+    return Packing(offsets, fills=fills, build=build), spent
+
+
+def _taken_positions(group_start: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """Positions group_start[g] .. group_start[g] + taken[g] for every group, concatenated."""
+    total = int(taken.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(group_start[:-1], taken)
+    first = np.cumsum(taken) - taken
+    within = np.arange(total, dtype=np.int64) - np.repeat(first, taken)
+    return starts + within
