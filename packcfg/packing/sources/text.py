@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ _QWEN2_PATTERN = (
     r"\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 JOINT_SPLIT_PATTERNS = (_LLAMA3_PATTERN, _QWEN2_PATTERN)
+# `ByteLevel(use_regex=True)`'s own regex (tokenizers' pre_tokenizers/byte_level.rs)
+_GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 # text samples tokenized per call; chunks are tokenized by this many threads side by side (the tokenizer
 # releases the GIL and runs its own threads within a call; two callers keep both cores busy while one
 # of them turns ids into arrays)
@@ -80,43 +83,137 @@ def _joint_tokenizer(tok: LoadedTokenizer) -> bool:
     tokens are split out before that; they cannot span the boundary when none holds whitespace or strips
     it (lstrip, rstrip, single_word). Anything else (another pre-tokenizer, a normalizer, truncation,
     padding, BPE dropout, another model) keeps two calls."""
+    return _joint_pattern(tok) is not None
+
+
+def _joint_pattern(tok: LoadedTokenizer) -> str | None:
+    """The pre-tokenizer's regex of a `_joint_tokenizer` (GPT-2's for `ByteLevel`), else None."""
     import json
 
     try:
         spec = json.loads(tok.tokenizer.to_str())
     except (ValueError, AttributeError):
-        return False
+        return None
     if spec.get("normalizer") is not None or spec.get("truncation") is not None:
-        return False
+        return None
     if spec.get("padding") is not None:
-        return False
+        return None
     model = spec.get("model") or {}
     if model.get("type") != "BPE" or model.get("dropout") not in (None, 0, 0.0):
-        return False
+        return None
     for added in spec.get("added_tokens") or []:
         content = added.get("content")
         if not isinstance(content, str) or any(ch.isspace() for ch in content):
-            return False
+            return None
         if added.get("lstrip") or added.get("rstrip") or added.get("single_word"):
-            return False
+            return None
     pre = spec.get("pre_tokenizer") or {}
     if pre.get("type") == "ByteLevel":
-        return pre.get("use_regex", True) is True and pre.get("add_prefix_space") is False
+        ok = pre.get("use_regex", True) is True and pre.get("add_prefix_space") is False
+        return _GPT2_PATTERN if ok else None
     if pre.get("type") == "Sequence":
         steps = pre.get("pretokenizers") or []
         if len(steps) != 2:
-            return False
+            return None
         split, byte_level = steps
-        return (
+        pattern = (split.get("pattern") or {}).get("Regex")
+        ok = (
             split.get("type") == "Split"
-            and (split.get("pattern") or {}).get("Regex") in JOINT_SPLIT_PATTERNS
+            and pattern in JOINT_SPLIT_PATTERNS
             and split.get("behavior") == "Isolated"
             and split.get("invert") is False
             and byte_level.get("type") == "ByteLevel"
             and byte_level.get("use_regex") is False
             and byte_level.get("add_prefix_space") is False
         )
-    return False
+        return pattern if ok else None
+    return None
+
+
+def _ascii_regex(pattern: str) -> re.Pattern[str]:
+    """`pattern` (a `_joint_pattern`) for ASCII text in Python's `re`: the same matches, because in ASCII
+    `\\p{L}` is exactly [A-Za-z], `\\p{N}` [0-9], and `\\s` (Unicode White_Space) the six characters
+    [\\t\\n\\v\\f\\r ] that `re.ASCII` gives it (0x1c-0x1f are not whitespace there either)."""
+    out, in_class = [], False
+    for part in re.split(r"(\\p\{[LN]\}|\\.|\[|\])", pattern):
+        if part == "[" and not in_class:
+            in_class = True
+        elif part == "]" and in_class:
+            in_class = False
+        elif part in (r"\p{L}", r"\p{N}"):
+            chars = "A-Za-z" if part == r"\p{L}" else "0-9"
+            part = chars if in_class else f"[{chars}]"
+        out.append(part)
+    return re.compile("".join(out), re.ASCII)
+
+
+def _byte_level_ascii() -> dict[int, str]:
+    """GPT-2's byte-to-unicode table (what `ByteLevel` maps each byte to) for the ASCII bytes: printable
+    characters but the space stand for themselves, 0-32 for U+0100-U+0120 and 127 for U+0121."""
+    shifted = [b for b in range(128) if not ("!" <= chr(b) <= "~")]
+    return {b: chr(b) if "!" <= chr(b) <= "~" else chr(256 + shifted.index(b)) for b in range(128)}
+
+
+class _AsciiWords:
+    """The ids of ASCII text under a `_joint_tokenizer`, without calling the tokenizer for every sample.
+
+    Such a tokenizer's ids are, exactly, the BPE model's ids of each pre-token (a regex match, in order),
+    byte-level mapped (see `_joint_tokenizer`); BPE without dropout gives a pre-token the same ids wherever it
+    occurs. For ASCII text the regex is `_ascii_regex` in Python's `re`, and the ids of each distinct
+    pre-token come from the model (`tokenizers`' own BPE, merges and all) once and are kept (up to
+    `WORDS_MAX` of them). Rows that hold the start of an added token's text, and non-ASCII rows, are left to
+    the tokenizer (`usable`). ~5x less CPU than `encode_batch` on the sample data (11 vs 50 us a row);
+    tests/packing/test_text_tokenize.py checks equality with the tokenizer on edge cases and fuzzed ASCII."""
+
+    WORDS_MAX = 1 << 17
+
+    def __init__(self, tok: LoadedTokenizer, pattern: str):
+        self.findall = _ascii_regex(pattern).findall
+        self.model = tok.tokenizer.model
+        self.table = str.maketrans(_byte_level_ascii())
+        added = [t.content for t in tok.tokenizer.get_added_tokens_decoder().values()]
+        self.added = added
+        # an added token's first two characters: a row holding none of them holds no added token
+        self.starts = tuple(sorted({a[:2] for a in added if a}))
+        self.words: dict[str, list[int]] = {}
+
+    def usable(self, text: str) -> bool:
+        if not text.isascii():
+            return False
+        for start in self.starts:
+            if start in text and any(a in text for a in self.added):
+                return False
+        return True
+
+    def _word(self, word: str) -> list[int]:
+        ids = [t.id for t in self.model.tokenize(word.translate(self.table))]
+        if len(self.words) < self.WORDS_MAX:
+            self.words[word] = ids
+        return ids
+
+    def ids(self, text: str) -> list[int]:
+        """The ids of `text` (usable), as `encode(text, add_special_tokens=False)` gives them."""
+        get, out = self.words.get, []
+        for word in self.findall(text):
+            ids = get(word)
+            out += self._word(word) if ids is None else ids
+        return out
+
+
+# the `_AsciiWords` of each tokenizer in use (keyed by the LoadedTokenizer's id; the object is kept with it)
+_WORDS: dict[int, tuple[LoadedTokenizer, _AsciiWords | None]] = {}
+
+
+def _ascii_words(tok: LoadedTokenizer) -> _AsciiWords | None:
+    hit = _WORDS.get(id(tok))
+    if hit is not None and hit[0] is tok:
+        return hit[1]
+    pattern = _joint_pattern(tok)
+    words = _AsciiWords(tok, pattern) if pattern is not None else None
+    if len(_WORDS) >= 4:
+        _WORDS.pop(next(iter(_WORDS)))
+    _WORDS[id(tok)] = (tok, words)
+    return words
 
 
 def _plain(ch: str) -> bool:
@@ -141,7 +238,20 @@ def _encode_text(
     n = len(contexts)
     ids: list[list[int]] = [[] for _ in range(n)]
     ctx_len = [0] * n
-    one = [i for i in range(n) if _joint_safe(contexts[i], outputs[i])] if joint else []
+    rest = range(n)
+    words = _ascii_words(tok) if joint else None
+    if words is not None:
+        rest = []
+        usable = words.usable
+        for i in range(n):
+            context, output = contexts[i], outputs[i]
+            if usable(context) and usable(output):
+                head = words.ids(context)
+                ids[i] = head + words.ids(" " + output)
+                ctx_len[i] = len(head)
+            else:
+                rest.append(i)
+    one = [i for i in rest if _joint_safe(contexts[i], outputs[i])] if joint else []
     encode = tok.tokenizer.encode_batch
     if one:
         encodings = encode([contexts[i] + " " + outputs[i] for i in one], add_special_tokens=False)
@@ -154,7 +264,7 @@ def _encode_text(
                 k = bisect.bisect_left([s for s, _ in e.offsets], b)
             ctx_len[i] = k
     done = set(one)
-    two = [i for i in range(n) if i not in done]
+    two = [i for i in rest if i not in done]
     if two:
         ctx = encode([contexts[i] for i in two], add_special_tokens=False)
         ans = encode([" " + outputs[i] for i in two], add_special_tokens=False)
