@@ -6,6 +6,7 @@ source or tokenizer is tokenized again."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -325,3 +326,69 @@ def test_the_cache_lives_in_the_user_cache_folder_not_beside_the_packs(tmp_path,
     counting = _Counting(monkeypatch, fail=True)
     assert _pack(sft, TOKENIZER, tmp_path / "elsewhere" / "packed.parquet") == first
     assert counting.calls == 0
+
+
+# --------------------------------------------------------------------------------------------- ASCII words
+
+
+def _ascii_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    """Fuzzed ASCII inputs and outputs: every ASCII character (controls, 0x1c-0x1f and DEL included),
+    whitespace runs, contractions in both cases, digit runs and added tokens' text."""
+    rng = np.random.default_rng(seed)
+    pieces = [chr(c) for c in range(128)] + ["word", " word", "Zz"] * 20
+    pieces += ["'s", "'S", "'ll", "'LL", "'Re", "  ", "   ", "\r\n", "\n\n", " \n", "\t ", "123456", "1 000"]
+    pieces += ["<eos>", "<pad>", "<eo", "s>", "<", "\x0b\x0b", "\x1c\x1c", " \x1f"]
+    pairs = []
+    for _ in range(n):
+        a = "".join(rng.choice(pieces, size=int(rng.integers(0, 14))))
+        b = "".join(rng.choice(pieces, size=int(rng.integers(0, 14))))
+        pairs.append((a, b))
+    return pairs + [(a, b) for a in EDGES for b in EDGES if a.isascii() and b.isascii()]
+
+
+@pytest.mark.parametrize("which", ["bundled (GPT-2 byte-level)", "Llama 3 split", "Qwen 2 split"])
+def test_ascii_samples_get_the_tokenizers_own_ids_without_calling_it_per_sample(
+    tokenizers_accepted, which, monkeypatch
+):
+    tok = load_tokenizer(tokenizers_accepted[which])
+    words = text._AsciiWords(tok, text._joint_pattern(tok))
+    pairs = _ascii_pairs(3000, seed=len(which) + 1)
+    contexts, outputs = [a for a, _ in pairs], [b for _, b in pairs]
+    usable = words.usable(contexts, outputs)
+    added = [any(t in a + "\n" + b for t in ("<eos>", "<pad>")) for a, b in pairs]
+    assert usable == [not x for x in added]  # only the rows with an added token's text go to the tokenizer
+    assert sum(usable) > len(pairs) * 3 // 4
+    fast_c = [c for c, ok in zip(contexts, usable, strict=True) if ok]
+    fast_o = [o for o, ok in zip(outputs, usable, strict=True) if ok]
+    expected = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, fast_c, fast_o, False))
+    assert words.encode(fast_c, fast_o) == expected
+    # a table that fills up is started afresh between calls: same ids
+    monkeypatch.setattr(text._AsciiWords, "WORDS_MAX", 50)
+    small = text._AsciiWords(tok, text._joint_pattern(tok))
+    chunks = [(fast_c[i : i + 100], fast_o[i : i + 100]) for i in range(0, len(fast_c), 100)]
+    encoded = [small.encode(c, o) for c, o in chunks]
+    assert len(small.words) <= 50 + 200 * 14  # fresh tables, not one that grew with every call
+    assert np.array_equal(np.concatenate([e.ids for e in encoded]), expected.ids)
+    assert np.array_equal(np.concatenate([e.ctx_len for e in encoded]), expected.ctx_len)
+    # the whole chunk, ASCII and not, equals two calls (the ASCII rows through `words`)
+    mixed = pairs + _fuzz_pairs(300, seed=3)
+    c, o = [a for a, _ in mixed], [b for _, b in mixed]
+    assert text._encode_text(tok, c, o, True) == text._Encoded.of_lists(
+        *text._encode_with_tokenizer(tok, c, o, False)
+    )
+
+
+def test_the_ascii_regex_needs_ascii_whitespace_the_fuzz_tells(tokenizers_accepted):
+    """Control: Python's Unicode `\\s` (which holds 0x1c-0x1f) instead of `re.ASCII`'s splits "it\\x1c's" as
+    "it", "\\x1c", "'s" where the tokenizer has "it", "\\x1c'", "s": other ids with a vocabulary that merges
+    "'s"; the fuzzed text above holds such cases."""
+    tok = load_tokenizer(tokenizers_accepted["Llama 3 split"])
+    words = text._AsciiWords(tok, text._joint_pattern(tok))
+    pairs = [(a, b) for a, b in _ascii_pairs(1000, seed=9) if "<" not in a + b]
+    pairs += [("it\x1c's", "go\x1d's"), ("x\x1f'", "\x1e's")]
+    contexts, outputs = [a for a, _ in pairs], [b for _, b in pairs]
+    expected = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, contexts, outputs, False))
+    assert words.encode(contexts, outputs) == expected
+    unicode_words = text._AsciiWords(tok, text._joint_pattern(tok))
+    unicode_words.findall = re.compile(text._ascii_regex(text._joint_pattern(tok)).pattern).findall
+    assert unicode_words.encode(contexts, outputs) != expected
