@@ -19,6 +19,7 @@ pytest.importorskip("pyarrow")
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
 from packcfg.cli import main  # noqa: E402
+from packcfg.packing.errors import PackingError  # noqa: E402
 from packcfg.packing.sources import cache as token_cache  # noqa: E402
 from packcfg.packing.sources import text  # noqa: E402
 from packcfg.packing.sources.batch import make_batch  # noqa: E402
@@ -392,3 +393,55 @@ def test_the_ascii_regex_needs_ascii_whitespace_the_fuzz_tells(tokenizers_accept
     unicode_words = text._AsciiWords(tok, text._joint_pattern(tok))
     unicode_words.findall = re.compile(text._ascii_regex(text._joint_pattern(tok)).pattern).findall
     assert unicode_words.encode(contexts, outputs) != expected
+
+
+# --------------------------------------------------------------------------------------------- processes
+
+
+def test_a_large_source_is_tokenized_in_worker_processes_into_the_same_pack(tmp_path, monkeypatch):
+    """Above PROCESS_MIN_BYTES (here: any size) the chunks go to spawned processes: the parent never encodes
+    (its `_encode_text` would raise), and the pack is byte for byte the one threads make."""
+    monkeypatch.setenv(token_cache.ENV, "0")
+    rows = [json.loads(x) for x in (SAMPLE_SFT / "training.jsonl").read_text().splitlines()]
+    rows += [{"input": a, "output": b} for a, b in _fuzz_pairs(300, seed=7)]  # non-ASCII, added tokens
+    src = write_jsonl(tmp_path / "sft.jsonl", rows)
+    threaded = _pack(src, TOKENIZER, tmp_path / "out" / "packed.parquet")
+    monkeypatch.setattr(text, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(text, "_spawn_safe", lambda: True)
+    monkeypatch.setattr(text, "_TEXT_CACHE", {})
+    monkeypatch.setattr(text, "_TEXT_CACHE_MAX_BYTES", 0)  # straight to iter_text_jsonl
+    _Counting(monkeypatch, fail=True)
+    assert _pack(src, TOKENIZER, tmp_path / "out" / "packed.parquet") == threaded
+
+
+def test_bad_rows_name_their_line_with_worker_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(text, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(text, "_spawn_safe", lambda: True)
+    rows = [{"input": "a", "output": "b"}] * 5000 + [{"input": "a", "output": 3}]
+    src = write_jsonl(tmp_path / "sft.jsonl", rows)
+    tok = load_tokenizer(TOKENIZER)
+    with pytest.raises(PackingError, match=r"sft.jsonl:5001: 'output' must be a string, got int"):
+        list(text.iter_text_jsonl(src, tok, 1000))
+
+
+def test_worker_processes_only_where_spawning_does_not_rerun_the_users_script(monkeypatch):
+    import sys
+    import types
+
+    def main_module(spec_name=None, file=None):
+        mod = types.ModuleType("__main__")
+        mod.__spec__ = types.SimpleNamespace(name=spec_name) if spec_name else None
+        if file is not None:
+            mod.__file__ = file
+        return mod
+
+    for mod, safe in [
+        (main_module("packcfg.__main__", "/x/packcfg/__main__.py"), True),  # python -m packcfg
+        (main_module("pytest.__main__", "/x/pytest/__main__.py"), True),
+        (main_module(None, "/usr/local/bin/packcfg"), True),  # the console script (guarded)
+        (main_module(None, None), True),  # python -c
+        (main_module(None, "/home/me/train.py"), False),  # a script may lack the __main__ guard
+        (main_module("mytool", "/home/me/mytool.py"), False),  # python -m mytool
+    ]:
+        monkeypatch.setitem(sys.modules, "__main__", mod)
+        assert text._spawn_safe() is safe, (mod.__spec__, getattr(mod, "__file__", None))

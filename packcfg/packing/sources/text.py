@@ -446,11 +446,78 @@ def iter_text_jsonl(
     path: Path, tok: LoadedTokenizer, batch_size: int, joint: bool | None = None
 ) -> Iterator[Batch]:
     """Bridge SFT rows as samples: Bridge's default prompt template is "{input} {output}" (the answer follows
-    a space), then EOS. Chunks are parsed here and tokenized in TOKENIZE_WORKERS threads, in order.
+    a space), then EOS. Chunks are parsed here and tokenized in TOKENIZE_WORKERS threads, in order, or, for
+    a source of PROCESS_MIN_BYTES or more under a `_joint_tokenizer` (whose ASCII samples `_AsciiWords`
+    tokenizes in Python, holding the GIL), in TOKENIZE_WORKERS worker processes.
     `joint`: one tokenizer call per sample where that is exact (default: `_joint_tokenizer(tok)`)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     if joint is None:
         joint = _joint_tokenizer(tok)
-    yield from threads.ordered_map(
-        lambda rows: _text_batch(tok, rows, joint), _text_rows(path, batch_size), TOKENIZE_WORKERS
+    rows = _text_rows(path, batch_size)
+    if joint and (os.cpu_count() or 1) > 1 and _size(path) >= PROCESS_MIN_BYTES and _spawn_safe():
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            yield from threads.ordered_map(
+                _worker_batch, rows, TOKENIZE_WORKERS, 2 * TOKENIZE_WORKERS, _worker_pool(tok, joint)
+            )
+        except BrokenProcessPool as exc:
+            raise PackingError(f"{path}: a tokenizing worker process failed ({exc})") from None
+        return
+    yield from threads.ordered_map(lambda chunk: _text_batch(tok, chunk, joint), rows, TOKENIZE_WORKERS)
+
+
+# Sources this large (~200k rows of the sample data) are tokenized in worker processes: their start (~0.3 s
+# each, in parallel with reading) is small beside the ~2 s of Python tokenizing they split.
+PROCESS_MIN_BYTES = 32 << 20
+
+
+def _spawn_safe() -> bool:
+    """Whether a spawned process starts without running this program's main script again: the main module is
+    a package's `__main__` (`python -m packcfg`, `python -m pytest`: multiprocessing skips those), packcfg's
+    console script (guarded), or there is none (`python -c`). A script of the user's may call `pack` without
+    the `if __name__ == "__main__":` guard that spawning needs; there, threads tokenize."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None)
+    if name is not None:
+        return name == "__main__" or name.endswith(".__main__")
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.basename(path) == "packcfg"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # _text_rows names the error
+
+
+def _worker_pool(tok: LoadedTokenizer, joint: bool) -> Any:
+    """TOKENIZE_WORKERS spawned processes, each with this tokenizer (its JSON, so that a file changed since
+    it was read and checksummed is not read again)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(
+        max_workers=TOKENIZE_WORKERS,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init,
+        initargs=(tok.tokenizer.to_str(), str(tok.path), tok.eos_id, tok.pad_id, joint),
     )
+
+
+_WORKER: list[tuple[LoadedTokenizer, bool]] = []
+
+
+def _worker_init(spec: str, path: str, eos_id: int, pad_id: int, joint: bool) -> None:
+    from tokenizers import Tokenizer
+
+    _WORKER.append((LoadedTokenizer(Tokenizer.from_str(spec), Path(path), eos_id, pad_id), joint))
+
+
+def _worker_batch(rows: tuple[list[int], list[str], list[str]]) -> Batch:
+    tok, joint = _WORKER[0]
+    return _text_batch(tok, rows, joint)
