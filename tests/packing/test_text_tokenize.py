@@ -445,3 +445,36 @@ def test_worker_processes_only_where_spawning_does_not_rerun_the_users_script(mo
     ]:
         monkeypatch.setitem(sys.modules, "__main__", mod)
         assert text._spawn_safe() is safe, (mod.__spec__, getattr(mod, "__file__", None))
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+def test_rows_parsed_with_orjson_are_those_json_gives_and_its_messages_stay(tmp_path, monkeypatch):
+    pytest.importorskip("orjson")
+    lines = [
+        json.dumps({"input": "a\u0000b", "output": "é 🙂 \\n"}),
+        '{"input": "x", "input": "dup", "output": "y", "extra": [1, 2.5, null]}',
+        '{"input": "\\ud83d\\ude42", "output": "\\u00e9"}',
+        '{"input": "lone \\ud800", "output": "ok"}',  # orjson refuses a lone surrogate; json keeps it
+        '  {"output": "b", "input": ""}  ',
+        '{"input": "nan", "output": "z", "n": NaN}',  # json only
+    ]
+    src = tmp_path / "rows.jsonl"
+    src.write_text("\n".join(lines) + "\n\n")
+    fast = list(text._text_rows(src, 4))
+    monkeypatch.setattr(text, "_fast_loads", lambda: None)
+    assert list(text._text_rows(src, 4)) == fast
+    assert [len(c) for _, c, _ in fast] == [4, 2]
+    # where orjson and json differ, the message is json's: a big int is an int, not a float
+    for row, message in [
+        ('{"input": 18446744073709551616, "output": "x"}', "'input' must be a string, got int"),
+        ('{"input": "a", "output": NaN}', "'output' must be a string, got float"),
+        ('{"input": "a"}', "missing 'output'"),
+        ('{"input": "a", "output": "b",}', "malformed JSON"),
+        ('["input", "output"]', "expected a JSON object, got list"),
+    ]:
+        monkeypatch.undo()
+        src.write_text(lines[0] + "\n" + row + "\n")
+        with pytest.raises(PackingError, match=re.escape(f"rows.jsonl:2: {message}")):
+            list(text._text_rows(src, 4))

@@ -16,7 +16,7 @@ import numpy as np
 from packcfg.packing.errors import PackingError
 from packcfg.packing.sources import threads
 from packcfg.packing.sources.batch import Batch, label_mask_from_answer_start
-from packcfg.packing.sources.jsonl import jsonl_records
+from packcfg.packing.sources.jsonl import jsonl_text_lines, parse_line
 from packcfg.packing.tokenizer import LoadedTokenizer, load_tokenizer
 
 # Small text sources are tokenized once per process: the trainer calls ensure_packed and then
@@ -422,16 +422,34 @@ def _text_rows(path: Path, batch_size: int) -> Iterator[tuple[list[int], list[st
     linenos: list[int] = []
     contexts: list[str] = []
     outputs: list[str] = []
-    for lineno, obj in jsonl_records(path):
-        for key in ("input", "output"):
-            if key not in obj:
-                raise PackingError(
-                    f"{path}:{lineno}: missing {key!r} (Bridge SFT JSONL needs input and output)"
-                )
-            if not isinstance(obj[key], str):
-                raise PackingError(
-                    f"{path}:{lineno}: {key!r} must be a string, got {type(obj[key]).__name__}"
-                )
+    loads = _fast_loads()
+    for lineno, line in jsonl_text_lines(path):
+        obj = None
+        if loads is not None:
+            try:
+                obj = loads(line)
+            except ValueError:
+                pass
+            # orjson's object where it is a row (then `json` gives the same strings); `json` for anything
+            # else, so that every message and value is `json`'s (orjson turns big ints into floats, refuses
+            # NaN and lone surrogates)
+            if (
+                type(obj) is not dict
+                or type(obj.get("input")) is not str
+                or type(obj.get("output")) is not str
+            ):
+                obj = None
+        if obj is None:
+            obj = parse_line(path, lineno, line)
+            for key in ("input", "output"):
+                if key not in obj:
+                    raise PackingError(
+                        f"{path}:{lineno}: missing {key!r} (Bridge SFT JSONL needs input and output)"
+                    )
+                if not isinstance(obj[key], str):
+                    raise PackingError(
+                        f"{path}:{lineno}: {key!r} must be a string, got {type(obj[key]).__name__}"
+                    )
         linenos.append(lineno)
         contexts.append(obj["input"])
         outputs.append(obj["output"])
@@ -440,6 +458,16 @@ def _text_rows(path: Path, batch_size: int) -> Iterator[tuple[list[int], list[st
             linenos, contexts, outputs = [], [], []
     if contexts:
         yield linenos, contexts, outputs
+
+
+def _fast_loads() -> Any:
+    """orjson's `loads` where orjson is installed (it is not a dependency: ~0.3 us a row against `json`'s
+    ~2.7, a tenth of the ASCII path's time), else None."""
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson.loads
 
 
 def iter_text_jsonl(
