@@ -363,6 +363,22 @@ def test_ascii_samples_get_the_tokenizers_own_ids_without_calling_it_per_sample(
     fast_o = [o for o, ok in zip(outputs, usable, strict=True) if ok]
     expected = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, fast_c, fast_o, False))
     assert words.encode(fast_c, fast_o) == expected
+    # both ways: the regex over every sample, and pieces between spaces where every space follows a
+    # character other than whitespace (control: on the other samples pieces give other ids, with a
+    # vocabulary that merges whitespace runs)
+    assert words._by_regex(words.words, fast_c, fast_o) == expected
+    spacey = [
+        o[:1] == " " or any(x in c + "\n" + o for x in words._SPACEY)
+        for c, o in zip(fast_c, fast_o, strict=True)
+    ]
+    for flag in (False, True):
+        c = [x for x, s in zip(fast_c, spacey, strict=True) if s is flag]
+        o = [x for x, s in zip(fast_o, spacey, strict=True) if s is flag]
+        assert len(c) > len(pairs) // 10
+        two_calls = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, c, o, False))
+        if flag and which.startswith("bundled"):
+            continue  # its vocabulary has no whitespace runs to merge: pieces happen to give its ids
+        assert (words._by_spaces(words.words, c, o) == two_calls) is not flag
     # a table that fills up is started afresh between calls: same ids
     monkeypatch.setattr(text._AsciiWords, "WORDS_MAX", 50)
     small = text._AsciiWords(tok, text._joint_pattern(tok))

@@ -6,7 +6,7 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,10 +174,11 @@ class _Words(dict):
     """pre-token -> its number k; its ids are `ids[start[k]:start[k] + count[k]]`, from the BPE model on a miss.
     Number 0 is `_SEP` (the id -1). Misses may come from two threads at once: a lock keeps the lists in step."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, findall: Callable[[str], list[str]]):
         super().__init__({_SEP: 0})
         self.model = model
         self.table = str.maketrans(_byte_level_ascii())
+        self.pieces = _Pieces(self, findall)
         self.ids: list[int] = [-1]
         self.start: list[int] = [0]
         self.count: list[int] = [1]
@@ -207,6 +208,24 @@ class _Words(dict):
                     np.asarray(self.count, dtype=np.int64),
                 )
             return self._arrays
+
+
+class _Pieces(dict):
+    """A text's piece between two spaces -> the numbers (in `words`) of the pre-tokens of `" " + piece`; a
+    piece that starts with `_SEP` (a text's first) -> 0 and those of the rest, without a space."""
+
+    def __init__(self, words: _Words, findall: Callable[[str], list[str]]):
+        super().__init__()
+        self.words, self.findall = words, findall
+
+    def __missing__(self, piece: str) -> tuple[int, ...]:
+        get = self.words.__getitem__
+        if piece[:1] == _SEP:
+            numbers = (0, *map(get, self.findall(piece[1:])))
+        else:
+            numbers = tuple(map(get, self.findall(" " + piece)))
+        self[piece] = numbers
+        return numbers
 
 
 def _ragged(start: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -258,7 +277,7 @@ class _AsciiWords:
     def __init__(self, tok: LoadedTokenizer, pattern: str):
         self.findall = _ascii_regex(pattern).findall
         self.model = tok.tokenizer.model
-        self.words = _Words(self.model)
+        self.words = _Words(self.model, self.findall)
         self.added = [t.content for t in tok.tokenizer.get_added_tokens_decoder().values()]
         # an added token's first two characters: a chunk holding none of them holds no added token
         self.starts = sorted({a[:2] for a in self.added})
@@ -275,34 +294,115 @@ class _AsciiWords:
             ok = [plain(c) and plain(o) for c, o in zip(contexts, outputs, strict=True)]
         return ok
 
+    # a whitespace character then a space: the space may not start a pre-token (`\s+(?!\S)` and the like)
+    _SPACEY = ("  ", "\t ", "\n ", "\r ", "\x0b ", "\x0c ")
+
     def encode(self, contexts: list[str], outputs: list[str]) -> _Encoded:
         """The ids of usable samples, as two calls (`input`, `" " + output`) of the tokenizer give them."""
+        if len(self.words) > self.WORDS_MAX or len(self.words.pieces) > self.WORDS_MAX:
+            self.words = _Words(self.model, self.findall)  # a fresh table (a call using the old one keeps it)
+        words = self.words
         n = len(contexts)
+        if not n:
+            return _Encoded(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        blob = "\n".join(itertools.chain(contexts, outputs))
+        if not any(x in blob for x in self._SPACEY):
+            return self._by_spaces(words, contexts, outputs)
+        # (the blob holds "\n " where an output starts with a space: `" " + output` then starts with two)
+        spacey = [
+            o[:1] == " " or any(x in c or x in o for x in self._SPACEY)
+            for c, o in zip(contexts, outputs, strict=True)
+        ]
+        plain = [i for i, x in enumerate(spacey) if not x]
+        other = [i for i, x in enumerate(spacey) if x]
+        return _merge(
+            n,
+            [
+                (plain, self._by_spaces(words, [contexts[i] for i in plain], [outputs[i] for i in plain])),
+                (other, self._by_regex(words, [contexts[i] for i in other], [outputs[i] for i in other])),
+            ],
+        )
+
+    def _by_spaces(self, words: _Words, contexts: list[str], outputs: list[str]) -> _Encoded:
+        """Samples whose every space follows a character other than whitespace: then every space starts a
+        pre-token (none of the patterns' alternatives runs from such a character into a space), so a text's
+        pre-tokens are those of its first piece and of `" " + piece` for each piece after a space, each
+        looked up in `words.pieces` (a dict lookup instead of `re` for every piece seen before). The texts
+        are joined as `_SEP` input `" " _SEP` `" " + output` `" "` `_SEP` ...: each text's first piece
+        starts with `_SEP` (number 0, where the text starts), and `str.split(" ")` gives the pieces."""
+        n = len(contexts)
+        if not n:
+            return _Encoded(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        text = "".join(
+            itertools.chain.from_iterable(
+                zip(
+                    itertools.repeat(_SEP),
+                    contexts,
+                    itertools.repeat(f" {_SEP} "),
+                    outputs,
+                    itertools.repeat(" "),
+                )
+            )
+        )[:-1]
+        numbers = np.fromiter(
+            itertools.chain.from_iterable(map(words.pieces.__getitem__, text.split(" "))), dtype=np.int64
+        )
+        return self._gather(words, numbers, n, starts=True)
+
+    def _by_regex(self, words: _Words, contexts: list[str], outputs: list[str]) -> _Encoded:
+        """Any usable samples: the texts joined by `_SEP` (`_ascii_regex` stops every pre-token there) and
+        split by the regex in one pass."""
+        n = len(contexts)
+        if not n:
+            return _Encoded(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64))
         text = "".join(
             itertools.chain.from_iterable(
                 zip(contexts, itertools.repeat(_SEP + " "), outputs, itertools.repeat(_SEP))
             )
         )
-        if len(self.words) > self.WORDS_MAX:  # a fresh table (a call still using the old one keeps it)
-            self.words = _Words(self.model)
-        words = self.words
         pieces = self.findall(text)
         numbers = np.fromiter(map(words.__getitem__, pieces), dtype=np.int64, count=len(pieces))
+        return self._gather(words, numbers, n, starts=False)
+
+    @staticmethod
+    def _gather(words: _Words, numbers: np.ndarray, n: int, starts: bool) -> _Encoded:
+        """The ids of pre-token `numbers` in which the 2n separators (number 0) stand where each text
+        starts (`starts`) or where it ends."""
         ids, start, count = words.arrays()
         seps = np.flatnonzero(numbers == 0)
         if len(seps) != 2 * n:  # pragma: no cover - every _SEP is a match of its own
             raise AssertionError(f"{len(seps)} separators in {n} samples")
-        # where each separator would stand among the ids: the ids of the pre-tokens before it (and the
-        # separators before it, one each)
-        at = np.cumsum(count[numbers])[seps] - 1
-        ends = at.reshape(n, 2)  # each sample's input ends at the first, its answer at the second
-        starts = np.zeros(n, dtype=np.int64)
-        starts[1:] = ends[:-1, 1] + 1
-        ctx_len = ends[:, 0] - starts
-        lens = ctx_len + (ends[:, 1] - ends[:, 0] - 1)
-        numbers = numbers[numbers != 0]
-        flat = ids[_ragged(start[numbers], count[numbers])]
-        return _Encoded(flat, lens, ctx_len)
+        counts = count[numbers]
+        # where each separator stands among the ids (one each), and so each text's length: texts lie between
+        # consecutive separators, after the last one (`starts`) or before the first
+        at = np.cumsum(counts)[seps] - 1
+        bounds = np.append(at, counts.sum()) if starts else np.insert(at, 0, -1)
+        lengths = np.diff(bounds) - 1
+        ctx_len = lengths[0::2]
+        lens = ctx_len + lengths[1::2]
+        keep = numbers != 0
+        numbers, counts = numbers[keep], counts[keep]
+        if len(counts) and counts.max() == 1:  # one id a pre-token (large vocabularies, mostly)
+            return _Encoded(ids[start[numbers]], lens, ctx_len)
+        return _Encoded(ids[_ragged(start[numbers], counts)], lens, ctx_len)
+
+
+def _merge(n: int, parts: list[tuple[list[int], _Encoded]]) -> _Encoded:
+    """The samples 0..n-1 in order, from parts that each hold some of them (their row numbers, in order)."""
+    lens = np.zeros(n, dtype=np.int64)
+    ctx_len = np.zeros(n, dtype=np.int64)
+    for rows, enc in parts:
+        lens[rows] = enc.lens
+        ctx_len[rows] = enc.ctx_len
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    ids = np.empty(int(offsets[-1]), dtype=np.int32)
+    for rows, enc in parts:
+        if len(rows):  # each part's samples, in its own order, to where they start in the chunk
+            own = np.zeros(len(rows), dtype=np.int64)
+            np.cumsum(enc.lens[:-1], out=own[1:])
+            ids[np.repeat(offsets[rows] - own, enc.lens) + np.arange(len(enc.ids))] = enc.ids
+    return _Encoded(ids, lens, ctx_len)
 
 
 # the `_AsciiWords` of each tokenizer in use (keyed by the LoadedTokenizer's id; the object is kept with it)
@@ -345,30 +445,20 @@ def _encode_text(tok: LoadedTokenizer, contexts: list[str], outputs: list[str], 
         return words.encode(contexts, outputs)
     fast = [i for i, x in enumerate(ok) if x]
     rest = [i for i, x in enumerate(ok) if not x]
-    parts = [
-        (fast, words.encode([contexts[i] for i in fast], [outputs[i] for i in fast])),
-        (
-            rest,
-            _Encoded.of_lists(
-                *_encode_with_tokenizer(tok, [contexts[i] for i in rest], [outputs[i] for i in rest], joint)
+    return _merge(
+        len(contexts),
+        [
+            (fast, words.encode([contexts[i] for i in fast], [outputs[i] for i in fast])),
+            (
+                rest,
+                _Encoded.of_lists(
+                    *_encode_with_tokenizer(
+                        tok, [contexts[i] for i in rest], [outputs[i] for i in rest], joint
+                    )
+                ),
             ),
-        ),
-    ]
-    n = len(contexts)
-    lens = np.zeros(n, dtype=np.int64)
-    ctx_len = np.zeros(n, dtype=np.int64)
-    for rows, enc in parts:
-        lens[rows] = enc.lens
-        ctx_len[rows] = enc.ctx_len
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    ids = np.empty(int(offsets[-1]), dtype=np.int32)
-    for rows, enc in parts:
-        # each part's samples, in its own order, to where they start in the chunk
-        own = np.zeros(len(rows), dtype=np.int64)
-        np.cumsum(enc.lens[:-1], out=own[1:])
-        ids[np.repeat(offsets[rows] - own, enc.lens) + np.arange(len(enc.ids))] = enc.ids
-    return _Encoded(ids, lens, ctx_len)
+        ],
+    )
 
 
 def _encode_with_tokenizer(
