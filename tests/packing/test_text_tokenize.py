@@ -366,7 +366,7 @@ def test_ascii_samples_get_the_tokenizers_own_ids_without_calling_it_per_sample(
     # both ways: the regex over every sample, and pieces between spaces where every space follows a
     # character other than whitespace (control: on the other samples pieces give other ids, with a
     # vocabulary that merges whitespace runs)
-    assert words._by_regex(words.words, fast_c, fast_o) == expected
+    assert words._by_regex(words.tables, fast_c, fast_o) == expected
     spacey = [
         o[:1] == " " or any(x in c + "\n" + o for x in words._SPACEY)
         for c, o in zip(fast_c, fast_o, strict=True)
@@ -378,13 +378,13 @@ def test_ascii_samples_get_the_tokenizers_own_ids_without_calling_it_per_sample(
         two_calls = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, c, o, False))
         if flag and which.startswith("bundled"):
             continue  # its vocabulary has no whitespace runs to merge: pieces happen to give its ids
-        assert (words._by_spaces(words.words, c, o) == two_calls) is not flag
+        assert (words._by_spaces(words.tables, c, o) == two_calls) is not flag
     # a table that fills up is started afresh between calls: same ids
     monkeypatch.setattr(text._AsciiWords, "WORDS_MAX", 50)
     small = text._AsciiWords(tok, text._joint_pattern(tok))
     chunks = [(fast_c[i : i + 100], fast_o[i : i + 100]) for i in range(0, len(fast_c), 100)]
     encoded = [small.encode(c, o) for c, o in chunks]
-    assert len(small.words) <= 50 + 200 * 14  # fresh tables, not one that grew with every call
+    assert small.tables.size() <= 50 + 200 * 14  # fresh tables, not ones that grew with every call
     assert np.array_equal(np.concatenate([e.ids for e in encoded]), expected.ids)
     assert np.array_equal(np.concatenate([e.ctx_len for e in encoded]), expected.ctx_len)
     # the whole chunk, ASCII and not, equals two calls (the ASCII rows through `words`)
@@ -408,6 +408,7 @@ def test_the_ascii_regex_needs_ascii_whitespace_the_fuzz_tells(tokenizers_accept
     assert words.encode(contexts, outputs) == expected
     unicode_words = text._AsciiWords(tok, text._joint_pattern(tok))
     unicode_words.findall = re.compile(text._ascii_regex(text._joint_pattern(tok)).pattern).findall
+    unicode_words.tables = text._Tables(unicode_words.model, unicode_words.findall)
     assert unicode_words.encode(contexts, outputs) != expected
 
 

@@ -170,36 +170,43 @@ def _byte_level_ascii() -> dict[int, str]:
     return {b: chr(b) if "!" <= chr(b) <= "~" else chr(256 + shifted.index(b)) for b in range(128)}
 
 
-class _Words(dict):
-    """pre-token -> its number k; its ids are `ids[start[k]:start[k] + count[k]]`, from the BPE model on a miss.
-    Number 0 is `_SEP` (the id -1). Misses may come from two threads at once: a lock keeps the lists in step."""
+class _Table(dict):
+    """key -> its number k, whose ids are `ids[start[k]:start[k] + count[k]]`, from `compute(key)` on a miss.
+    Misses may come from two threads at once: a lock keeps the lists in step."""
 
-    def __init__(self, model: Any, findall: Callable[[str], list[str]]):
-        super().__init__({_SEP: 0})
-        self.model = model
-        self.table = str.maketrans(_byte_level_ascii())
-        self.pieces = _Pieces(self, findall)
-        self.ids: list[int] = [-1]
-        self.start: list[int] = [0]
-        self.count: list[int] = [1]
+    def __init__(self, compute: Callable[[str], list[int]], preset: dict[str, list[int]]):
+        super().__init__()
+        self.compute = compute
+        self.ids: list[int] = []
+        self.start: list[int] = []
+        self.count: list[int] = []
         self.lock = threading.Lock()
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        for key, ids in preset.items():
+            self._add(key, ids)
 
-    def __missing__(self, word: str) -> int:
-        ids = [t.id for t in self.model.tokenize(word.translate(self.table))]
+    def _add(self, key: str, ids: list[int]) -> int:
+        k = len(self.start)
+        self.start.append(len(self.ids))
+        self.count.append(len(ids))
+        self.ids.extend(ids)
+        self[key] = k
+        self._arrays = None
+        return k
+
+    def __missing__(self, key: str) -> int:
+        ids = self.compute(key)
         with self.lock:
-            k = self.get(word)
-            if k is None:
-                k = len(self.start)
-                self.start.append(len(self.ids))
-                self.count.append(len(ids))
-                self.ids.extend(ids)
-                self[word] = k
-                self._arrays = None
-            return k
+            k = self.get(key)
+            return self._add(key, ids) if k is None else k
+
+    def ids_of(self, key: str) -> list[int]:
+        k = self[key]
+        s = self.start[k]
+        return self.ids[s : s + self.count[k]]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids int32, start int64, count int64) of every pre-token numbered so far."""
+        """(ids int32, start int64, count int64) of every key numbered so far."""
         with self.lock:
             if self._arrays is None:
                 self._arrays = (
@@ -210,22 +217,23 @@ class _Words(dict):
             return self._arrays
 
 
-class _Pieces(dict):
-    """A text's piece between two spaces -> the numbers (in `words`) of the pre-tokens of `" " + piece`; a
-    piece that starts with `_SEP` (a text's first) -> 0 and those of the rest, without a space."""
+class _Tables:
+    """`words`: a pre-token's ids, from the BPE model (`_SEP`: -1); `pieces`: a text's piece between two spaces
+    -> the ids of `" " + piece`'s pre-tokens, or for a piece starting with `_SEP` (a text's first) -1 and
+    those of the rest without a space."""
 
-    def __init__(self, words: _Words, findall: Callable[[str], list[str]]):
-        super().__init__()
-        self.words, self.findall = words, findall
+    def __init__(self, model: Any, findall: Callable[[str], list[str]]):
+        table = str.maketrans(_byte_level_ascii())
+        self.findall = findall
+        self.words = _Table(lambda w: [t.id for t in model.tokenize(w.translate(table))], {_SEP: [-1]})
+        self.pieces = _Table(self._piece, {})
 
-    def __missing__(self, piece: str) -> tuple[int, ...]:
-        get = self.words.__getitem__
-        if piece[:1] == _SEP:
-            numbers = (0, *map(get, self.findall(piece[1:])))
-        else:
-            numbers = tuple(map(get, self.findall(" " + piece)))
-        self[piece] = numbers
-        return numbers
+    def _piece(self, piece: str) -> list[int]:
+        head, text = ([-1], piece[1:]) if piece[:1] == _SEP else ([], " " + piece)
+        return head + list(itertools.chain.from_iterable(map(self.words.ids_of, self.findall(text))))
+
+    def size(self) -> int:
+        return max(len(self.words), len(self.pieces))
 
 
 def _ragged(start: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -266,7 +274,7 @@ class _AsciiWords:
     byte-level mapped (see `_joint_tokenizer`), and BPE without dropout gives a pre-token the same ids
     wherever it occurs. So a chunk's inputs and `" " + output`s are joined by `_SEP`, split by
     `_ascii_regex` (each text's own pre-tokens), and each pre-token is looked up: the model (`tokenizers`'
-    own BPE, merges and all) tokenizes each distinct one once (`_Words`; a fresh table past `WORDS_MAX`),
+    own BPE, merges and all) tokenizes each distinct one once (`_Tables`; fresh tables past `WORDS_MAX`),
     and the ids are gathered in numpy. Rows
     with a non-ASCII text, or with an added token's text (split out before pre-tokenizing), are left to the
     tokenizer (`usable`). 1M rows of the sample data: ~50 s of CPU in `encode_batch`, ~6 s here.
@@ -277,7 +285,7 @@ class _AsciiWords:
     def __init__(self, tok: LoadedTokenizer, pattern: str):
         self.findall = _ascii_regex(pattern).findall
         self.model = tok.tokenizer.model
-        self.words = _Words(self.model, self.findall)
+        self.tables = _Tables(self.model, self.findall)
         self.added = [t.content for t in tok.tokenizer.get_added_tokens_decoder().values()]
         # an added token's first two characters: a chunk holding none of them holds no added token
         self.starts = sorted({a[:2] for a in self.added})
@@ -299,15 +307,15 @@ class _AsciiWords:
 
     def encode(self, contexts: list[str], outputs: list[str]) -> _Encoded:
         """The ids of usable samples, as two calls (`input`, `" " + output`) of the tokenizer give them."""
-        if len(self.words) > self.WORDS_MAX or len(self.words.pieces) > self.WORDS_MAX:
-            self.words = _Words(self.model, self.findall)  # a fresh table (a call using the old one keeps it)
-        words = self.words
+        if self.tables.size() > self.WORDS_MAX:
+            self.tables = _Tables(self.model, self.findall)  # fresh (a call using the old ones keeps them)
+        tables = self.tables
         n = len(contexts)
         if not n:
             return _Encoded(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64))
         blob = "\n".join(itertools.chain(contexts, outputs))
         if not any(x in blob for x in self._SPACEY):
-            return self._by_spaces(words, contexts, outputs)
+            return self._by_spaces(tables, contexts, outputs)
         # (the blob holds "\n " where an output starts with a space: `" " + output` then starts with two)
         spacey = [
             o[:1] == " " or any(x in c or x in o for x in self._SPACEY)
@@ -318,16 +326,16 @@ class _AsciiWords:
         return _merge(
             n,
             [
-                (plain, self._by_spaces(words, [contexts[i] for i in plain], [outputs[i] for i in plain])),
-                (other, self._by_regex(words, [contexts[i] for i in other], [outputs[i] for i in other])),
+                (plain, self._by_spaces(tables, [contexts[i] for i in plain], [outputs[i] for i in plain])),
+                (other, self._by_regex(tables, [contexts[i] for i in other], [outputs[i] for i in other])),
             ],
         )
 
-    def _by_spaces(self, words: _Words, contexts: list[str], outputs: list[str]) -> _Encoded:
+    def _by_spaces(self, tables: _Tables, contexts: list[str], outputs: list[str]) -> _Encoded:
         """Samples whose every space follows a character other than whitespace: then every space starts a
         pre-token (none of the patterns' alternatives runs from such a character into a space), so a text's
         pre-tokens are those of its first piece and of `" " + piece` for each piece after a space, each
-        looked up in `words.pieces` (a dict lookup instead of `re` for every piece seen before). The texts
+        looked up in `tables.pieces` (a dict lookup instead of `re` for every piece seen before). The texts
         are joined as `_SEP` input `" " _SEP` `" " + output` `" "` `_SEP` ...: each text's first piece
         starts with `_SEP` (number 0, where the text starts), and `str.split(" ")` gives the pieces."""
         n = len(contexts)
@@ -344,12 +352,11 @@ class _AsciiWords:
                 )
             )
         )[:-1]
-        numbers = np.fromiter(
-            itertools.chain.from_iterable(map(words.pieces.__getitem__, text.split(" "))), dtype=np.int64
-        )
-        return self._gather(words, numbers, n, starts=True)
+        pieces = text.split(" ")
+        numbers = np.fromiter(map(tables.pieces.__getitem__, pieces), dtype=np.int64, count=len(pieces))
+        return self._gather(tables.pieces, numbers, n, starts=True)
 
-    def _by_regex(self, words: _Words, contexts: list[str], outputs: list[str]) -> _Encoded:
+    def _by_regex(self, tables: _Tables, contexts: list[str], outputs: list[str]) -> _Encoded:
         """Any usable samples: the texts joined by `_SEP` (`_ascii_regex` stops every pre-token there) and
         split by the regex in one pass."""
         n = len(contexts)
@@ -361,30 +368,27 @@ class _AsciiWords:
             )
         )
         pieces = self.findall(text)
-        numbers = np.fromiter(map(words.__getitem__, pieces), dtype=np.int64, count=len(pieces))
-        return self._gather(words, numbers, n, starts=False)
+        numbers = np.fromiter(map(tables.words.__getitem__, pieces), dtype=np.int64, count=len(pieces))
+        return self._gather(tables.words, numbers, n, starts=False)
 
     @staticmethod
-    def _gather(words: _Words, numbers: np.ndarray, n: int, starts: bool) -> _Encoded:
-        """The ids of pre-token `numbers` in which the 2n separators (number 0) stand where each text
+    def _gather(table: _Table, numbers: np.ndarray, n: int, starts: bool) -> _Encoded:
+        """The ids of `table`'s keys `numbers`, in which the 2n separators (id -1) stand where each text
         starts (`starts`) or where it ends."""
-        ids, start, count = words.arrays()
-        seps = np.flatnonzero(numbers == 0)
-        if len(seps) != 2 * n:  # pragma: no cover - every _SEP is a match of its own
-            raise AssertionError(f"{len(seps)} separators in {n} samples")
+        ids, start, count = table.arrays()
         counts = count[numbers]
-        # where each separator stands among the ids (one each), and so each text's length: texts lie between
-        # consecutive separators, after the last one (`starts`) or before the first
-        at = np.cumsum(counts)[seps] - 1
-        bounds = np.append(at, counts.sum()) if starts else np.insert(at, 0, -1)
+        if len(counts) and counts.max() == 1:  # one id a key (large vocabularies, mostly)
+            flat = ids[start[numbers]]
+        else:
+            flat = ids[_ragged(start[numbers], counts)]
+        seps = np.flatnonzero(flat < 0)
+        if len(seps) != 2 * n:  # pragma: no cover - every _SEP is a key (or starts one) of its own
+            raise AssertionError(f"{len(seps)} separators in {n} samples")
+        # texts lie between consecutive separators, after the last one (`starts`) or before the first
+        bounds = np.append(seps, len(flat)) if starts else np.insert(seps, 0, -1)
         lengths = np.diff(bounds) - 1
         ctx_len = lengths[0::2]
-        lens = ctx_len + lengths[1::2]
-        keep = numbers != 0
-        numbers, counts = numbers[keep], counts[keep]
-        if len(counts) and counts.max() == 1:  # one id a pre-token (large vocabularies, mostly)
-            return _Encoded(ids[start[numbers]], lens, ctx_len)
-        return _Encoded(ids[_ragged(start[numbers], counts)], lens, ctx_len)
+        return _Encoded(flat[flat >= 0], ctx_len + lengths[1::2], ctx_len)
 
 
 def _merge(n: int, parts: list[tuple[list[int], _Encoded]]) -> _Encoded:
