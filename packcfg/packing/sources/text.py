@@ -180,6 +180,10 @@ class _Table(dict):
         self.ids: list[int] = []
         self.start: list[int] = []
         self.count: list[int] = []
+        # of each key: empty or ending in whitespace (`weak`), starting with `_SEP` (`first`): see `flags`
+        self.weak: list[bool] = []
+        self.first: list[bool] = []
+        self._flags: tuple[np.ndarray, np.ndarray] | None = None
         self.lock = threading.Lock()
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         for key, ids in preset.items():
@@ -190,8 +194,10 @@ class _Table(dict):
         self.start.append(len(self.ids))
         self.count.append(len(ids))
         self.ids.extend(ids)
+        self.weak.append(not key or key[-1] in " \t\n\r\x0b\x0c")
+        self.first.append(key[:1] == _SEP)
         self[key] = k
-        self._arrays = None
+        self._arrays = self._flags = None
         return k
 
     def __missing__(self, key: str) -> int:
@@ -204,6 +210,13 @@ class _Table(dict):
         k = self[key]
         s = self.start[k]
         return self.ids[s : s + self.count[k]]
+
+    def flags(self) -> tuple[np.ndarray, np.ndarray]:
+        """(weak, first) of every key numbered so far, as bool arrays."""
+        with self.lock:
+            if self._flags is None:
+                self._flags = (np.asarray(self.weak, dtype=bool), np.asarray(self.first, dtype=bool))
+            return self._flags
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids int32, start int64, count int64) of every key numbered so far."""
@@ -302,45 +315,45 @@ class _AsciiWords:
             ok = [plain(c) and plain(o) for c, o in zip(contexts, outputs, strict=True)]
         return ok
 
-    # a whitespace character then a space: the space may not start a pre-token (`\s+(?!\S)` and the like)
-    _SPACEY = ("  ", "\t ", "\n ", "\r ", "\x0b ", "\x0c ")
-
     def encode(self, contexts: list[str], outputs: list[str]) -> _Encoded:
         """The ids of usable samples, as two calls (`input`, `" " + output`) of the tokenizer give them."""
         if self.tables.size() > self.WORDS_MAX:
             self.tables = _Tables(self.model, self.findall)  # fresh (a call using the old ones keeps them)
         tables = self.tables
-        n = len(contexts)
-        if not n:
-            return _Encoded(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64))
-        blob = "\n".join(itertools.chain(contexts, outputs))
-        if not any(x in blob for x in self._SPACEY):
-            return self._by_spaces(tables, contexts, outputs)
-        # (the blob holds "\n " where an output starts with a space: `" " + output` then starts with two)
-        spacey = [
-            o[:1] == " " or any(x in c or x in o for x in self._SPACEY)
-            for c, o in zip(contexts, outputs, strict=True)
-        ]
-        plain = [i for i, x in enumerate(spacey) if not x]
-        other = [i for i, x in enumerate(spacey) if x]
+        enc, spacey = self._by_spaces(tables, contexts, outputs)
+        if not spacey:
+            return enc
+        other = set(spacey)
+        plain = [i for i in range(len(contexts)) if i not in other]
         return _merge(
-            n,
+            len(contexts),
             [
-                (plain, self._by_spaces(tables, [contexts[i] for i in plain], [outputs[i] for i in plain])),
-                (other, self._by_regex(tables, [contexts[i] for i in other], [outputs[i] for i in other])),
+                (
+                    plain,
+                    self._by_spaces(tables, [contexts[i] for i in plain], [outputs[i] for i in plain])[0],
+                ),
+                (spacey, self._by_regex(tables, [contexts[i] for i in spacey], [outputs[i] for i in spacey])),
             ],
         )
 
-    def _by_spaces(self, tables: _Tables, contexts: list[str], outputs: list[str]) -> _Encoded:
-        """Samples whose every space follows a character other than whitespace: then every space starts a
-        pre-token (none of the patterns' alternatives runs from such a character into a space), so a text's
-        pre-tokens are those of its first piece and of `" " + piece` for each piece after a space, each
-        looked up in `tables.pieces` (a dict lookup instead of `re` for every piece seen before). The texts
-        are joined as `_SEP` input `" " _SEP` `" " + output` `" "` `_SEP` ...: each text's first piece
-        starts with `_SEP` (number 0, where the text starts), and `str.split(" ")` gives the pieces."""
+    def _by_spaces(
+        self, tables: _Tables, contexts: list[str], outputs: list[str]
+    ) -> tuple[_Encoded, list[int]]:
+        """The ids of samples whose every space follows a character other than whitespace, and the samples
+        where one does not (their ids here are not the tokenizer's: `_by_regex` takes them).
+
+        In such a text every space starts a pre-token (none of the patterns' alternatives runs from a
+        character other than whitespace into a space, and their only lookahead, after a whitespace run,
+        is then decided before the space), so its pre-tokens are those of its first piece and of
+        `" " + piece` for each piece after a space, each looked up in `tables.pieces` (a dict lookup instead
+        of `re` for every piece seen before). The texts are joined as `_SEP` input `" " _SEP`
+        `" " + output` `" "` `_SEP` ...: each text's first piece starts with `_SEP` (the id -1, where the
+        text starts; the space before it is not the text's), and `str.split(" ")` gives the pieces. A space
+        of a text that follows whitespace is an empty piece, or one ending in whitespace (`_Table.weak`),
+        followed by one that does not start with `_SEP`."""
         n = len(contexts)
         if not n:
-            return _Encoded(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+            return _Encoded(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64)), []
         text = "".join(
             itertools.chain.from_iterable(
                 zip(
@@ -353,8 +366,15 @@ class _AsciiWords:
             )
         )[:-1]
         pieces = text.split(" ")
-        numbers = np.fromiter(map(tables.pieces.__getitem__, pieces), dtype=np.int64, count=len(pieces))
-        return self._gather(tables.pieces, numbers, n, starts=True)
+        table = tables.pieces
+        numbers = np.fromiter(map(table.__getitem__, pieces), dtype=np.int64, count=len(pieces))
+        weak, first = table.flags()
+        bad = np.flatnonzero(weak[numbers[:-1]] & ~first[numbers[1:]]) + 1  # the pieces after such spaces
+        spacey: list[int] = []
+        if len(bad):
+            text_of_piece = np.cumsum(first[numbers]) - 1  # texts alternate: input, output, input, ...
+            spacey = np.unique(text_of_piece[bad] // 2).tolist()
+        return self._gather(table, numbers, n, starts=True), spacey
 
     def _by_regex(self, tables: _Tables, contexts: list[str], outputs: list[str]) -> _Encoded:
         """Any usable samples: the texts joined by `_SEP` (`_ascii_regex` stops every pre-token there) and
