@@ -280,17 +280,16 @@ class _Encoded:
 
 
 class _AsciiWords:
-    """The ids of ASCII samples under a `_joint_tokenizer`, in one pass of `re` over a chunk's text instead of
-    the tokenizer's pipeline per sample.
+    """The ids of ASCII samples under a `_joint_tokenizer`, a chunk at a time, without the tokenizer's
+    pipeline per sample.
 
     Such a tokenizer's ids are, exactly, the BPE model's ids of each pre-token (a regex match, in order),
     byte-level mapped (see `_joint_tokenizer`), and BPE without dropout gives a pre-token the same ids
-    wherever it occurs. So a chunk's inputs and `" " + output`s are joined by `_SEP`, split by
-    `_ascii_regex` (each text's own pre-tokens), and each pre-token is looked up: the model (`tokenizers`'
-    own BPE, merges and all) tokenizes each distinct one once (`_Tables`; fresh tables past `WORDS_MAX`),
-    and the ids are gathered in numpy. Rows
+    wherever it occurs. The model (`tokenizers`' own BPE, merges and all) tokenizes each distinct pre-token
+    once (`_Tables`; fresh tables past `WORDS_MAX`), and a chunk's ids are gathered in numpy: texts are cut
+    at their spaces where that is exact (`_by_spaces`), else split by `_ascii_regex` (`_by_regex`). Rows
     with a non-ASCII text, or with an added token's text (split out before pre-tokenizing), are left to the
-    tokenizer (`usable`). 1M rows of the sample data: ~50 s of CPU in `encode_batch`, ~6 s here.
+    tokenizer (`usable`). 1M rows of the sample data: ~50 s of CPU in `encode_batch`, ~5 s here.
     tests/packing/test_text_tokenize.py checks equality with the tokenizer on edge cases and fuzzed ASCII."""
 
     WORDS_MAX = 1 << 17
