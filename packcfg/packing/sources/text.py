@@ -654,8 +654,13 @@ _WORKER: list[tuple[LoadedTokenizer, bool]] = []
 
 
 def _worker_init(spec: str, path: str, eos_id: int, pad_id: int, joint: bool) -> None:
+    import signal
+
     from tokenizers import Tokenizer
 
+    # Ctrl-C reaches the whole process group: the parent stops the pool (and says so in one line); a
+    # worker would print a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER.append((LoadedTokenizer(Tokenizer.from_str(spec), Path(path), eos_id, pad_id), joint))
 
 
