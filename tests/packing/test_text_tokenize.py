@@ -496,3 +496,20 @@ def test_rows_parsed_with_orjson_are_those_json_gives_and_its_messages_stay(tmp_
         src.write_text(lines[0] + "\n" + row + "\n")
         with pytest.raises(PackingError, match=re.escape(f"rows.jsonl:2: {message}")):
             list(text._text_rows(src, 4))
+
+
+def test_without_process_support_threads_tokenize(tmp_path, monkeypatch):
+    """Where a process pool cannot be made (no /dev/shm for its locks: OSError), threads do the work."""
+    monkeypatch.setattr(text, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(text, "_spawn_safe", lambda: True)
+
+    def no_pool(tok, joint):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(text, "_worker_pool", no_pool)
+    counting = _Counting(monkeypatch)
+    src = write_jsonl(tmp_path / "sft.jsonl", [{"input": "a b", "output": "c"}] * 50)
+    tok = load_tokenizer(TOKENIZER)
+    batches = list(text.iter_text_jsonl(src, tok, 16))
+    assert sum(len(b.offsets) - 1 for b in batches) == 50
+    assert counting.calls == 4  # in this process

@@ -595,17 +595,21 @@ def iter_text_jsonl(
     if joint is None:
         joint = _joint_tokenizer(tok)
     rows = _text_rows(path, batch_size)
+    pool = None
     if joint and (os.cpu_count() or 1) > 1 and _size(path) >= PROCESS_MIN_BYTES and _spawn_safe():
-        from concurrent.futures.process import BrokenProcessPool
-
         try:
-            yield from threads.ordered_map(
-                _worker_batch, rows, TOKENIZE_WORKERS, 2 * TOKENIZE_WORKERS, _worker_pool(tok, joint)
-            )
-        except BrokenProcessPool as exc:
-            raise PackingError(f"{path}: a tokenizing worker process failed ({exc})") from None
+            pool = _worker_pool(tok, joint)
+        except (OSError, ImportError):  # no process support here (no /dev/shm for its locks): threads
+            pool = None
+    if pool is None:
+        yield from threads.ordered_map(lambda chunk: _text_batch(tok, chunk, joint), rows, TOKENIZE_WORKERS)
         return
-    yield from threads.ordered_map(lambda chunk: _text_batch(tok, chunk, joint), rows, TOKENIZE_WORKERS)
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        yield from threads.ordered_map(_worker_batch, rows, TOKENIZE_WORKERS, 2 * TOKENIZE_WORKERS, pool)
+    except BrokenProcessPool as exc:
+        raise PackingError(f"{path}: a tokenizing worker process failed ({exc})") from None
 
 
 # Sources this large (~200k rows of the sample data) are tokenized in worker processes: their start (~0.3 s
