@@ -409,7 +409,7 @@ def test_the_ascii_regex_needs_ascii_whitespace_the_fuzz_tells(tokenizers_accept
     assert words.encode(contexts, outputs) == expected
     unicode_words = text._AsciiWords(tok, text._joint_pattern(tok))
     unicode_words.findall = re.compile(text._ascii_regex(text._joint_pattern(tok)).pattern).findall
-    unicode_words.tables = text._Tables(unicode_words.model, unicode_words.findall)
+    unicode_words.tables = unicode_words._fresh()
     assert unicode_words.encode(contexts, outputs) != expected
 
 
@@ -513,3 +513,50 @@ def test_without_process_support_threads_tokenize(tmp_path, monkeypatch):
     batches = list(text.iter_text_jsonl(src, tok, 16))
     assert sum(len(b.offsets) - 1 for b in batches) == 50
     assert counting.calls == 4  # in this process
+
+
+@pytest.mark.parametrize("which", ["bundled (GPT-2 byte-level)", "Llama 3 split", "Qwen 2 split"])
+def test_text_that_is_not_ascii_is_cut_at_spaces_too(tokenizers_accepted, which, monkeypatch):
+    """Pieces that are not ASCII get their ids from the tokenizer, a piece at a time: the samples equal two
+    calls, and only those where a space follows (Unicode) whitespace go to the tokenizer whole."""
+    tok = load_tokenizer(tokenizers_accepted[which])
+    rng = np.random.default_rng(len(which))
+    alphabet = [
+        "é",
+        "日本",
+        "🙂",
+        "naïve",
+        "x",
+        "Zz",
+        "1",
+        ",",
+        "'s",
+        " ",
+        " ",
+        " ",
+        "\u00a0",
+        "\u2028",
+        "\u3000",
+    ]
+    pairs = [
+        ("".join(rng.choice(alphabet, size=int(rng.integers(0, 10)))), "".join(rng.choice(alphabet, size=8)))
+        for _ in range(1500)
+    ]
+    contexts, outputs = [a for a, _ in pairs], [b for _, b in pairs]
+    expected = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, contexts, outputs, False))
+    whole: list[str] = []
+    real = text._encode_with_tokenizer
+
+    def recording(tok, contexts, outputs, joint):
+        whole.extend(contexts)
+        return real(tok, contexts, outputs, joint)
+
+    monkeypatch.setattr(text, "_encode_with_tokenizer", recording)
+    words = text._AsciiWords(tok, text._joint_pattern(tok))
+    assert words.usable(contexts, outputs) == [True] * len(pairs)
+    assert words.encode(contexts, outputs) == expected
+    follows = re.compile(r"\s ").search  # Unicode \s: a space after whitespace
+    spacey = [(c, o) for c, o in pairs if follows(c) or follows(" " + o)]
+    assert sorted(whole) == sorted(c for c, o in spacey if not (c + o).isascii())
+    assert len(pairs) - len(spacey) > len(pairs) // 4  # most samples cut at spaces
+    assert sum(not (c + o).isascii() for c, o in pairs) > len(pairs) * 3 // 4

@@ -133,8 +133,9 @@ def _joint_pattern(tok: LoadedTokenizer) -> str | None:
     return None
 
 
-# A character no `_AsciiWords` row holds (they are ASCII): between the texts of one call, a boundary that no
-# pre-token crosses (see `_ascii_regex`), matched on its own and mapped to the id -1
+_ASCII_SPACE = frozenset(" \t\n\r\x0b\x0c")  # `\\s` in ASCII
+# A character no row `_AsciiWords` takes holds (`usable`): between the texts of one call, a boundary that no
+# pre-token crosses (see `_ascii_regex`, `_AsciiWords._by_spaces`), a key of its own, mapped to the id -1
 _SEP = "\xff"
 
 
@@ -194,7 +195,10 @@ class _Table(dict):
         self.start.append(len(self.ids))
         self.count.append(len(ids))
         self.ids.extend(ids)
-        self.weak.append(not key or key[-1] in " \t\n\r\x0b\x0c")
+        # (a non-ASCII last character: weak where Python calls it whitespace, a superset of Unicode's
+        # White_Space, which is `\\s` in the tokenizer's regex)
+        last = key[-1:]
+        self.weak.append(not last or (last in _ASCII_SPACE if last.isascii() else last.isspace()))
         self.first.append(key[:1] == _SEP)
         self[key] = k
         self._arrays = self._flags = None
@@ -231,18 +235,21 @@ class _Table(dict):
 
 
 class _Tables:
-    """`words`: a pre-token's ids, from the BPE model (`_SEP`: -1); `pieces`: a text's piece between two spaces
-    -> the ids of `" " + piece`'s pre-tokens, or for a piece starting with `_SEP` (a text's first) -1 and
-    those of the rest without a space."""
+    """`words`: an ASCII pre-token's ids, from the BPE model (`_SEP`: -1); `pieces`: a text's piece between two
+    spaces -> the ids of `" " + piece`, or for a piece starting with `_SEP` (a text's first) -1 and those of
+    the rest without a space: from its ASCII pre-tokens' ids, or for a piece that is not ASCII from the
+    tokenizer itself (`encode`, one call; the piece holds no added token's text, see `_AsciiWords.usable`)."""
 
-    def __init__(self, model: Any, findall: Callable[[str], list[str]]):
+    def __init__(self, model: Any, findall: Callable[[str], list[str]], encode: Callable[[str], list[int]]):
         table = str.maketrans(_byte_level_ascii())
-        self.findall = findall
+        self.findall, self.encode = findall, encode
         self.words = _Table(lambda w: [t.id for t in model.tokenize(w.translate(table))], {_SEP: [-1]})
         self.pieces = _Table(self._piece, {})
 
     def _piece(self, piece: str) -> list[int]:
         head, text = ([-1], piece[1:]) if piece[:1] == _SEP else ([], " " + piece)
+        if not text.isascii():
+            return head + self.encode(text)
         return head + list(itertools.chain.from_iterable(map(self.words.ids_of, self.findall(text))))
 
     def size(self) -> int:
@@ -280,58 +287,72 @@ class _Encoded:
 
 
 class _AsciiWords:
-    """The ids of ASCII samples under a `_joint_tokenizer`, a chunk at a time, without the tokenizer's
-    pipeline per sample.
+    """The ids of samples under a `_joint_tokenizer`, a chunk at a time, without the tokenizer's pipeline per
+    sample.
 
     Such a tokenizer's ids are, exactly, the BPE model's ids of each pre-token (a regex match, in order),
     byte-level mapped (see `_joint_tokenizer`), and BPE without dropout gives a pre-token the same ids
-    wherever it occurs. The model (`tokenizers`' own BPE, merges and all) tokenizes each distinct pre-token
-    once (`_Tables`; fresh tables past `WORDS_MAX`), and a chunk's ids are gathered in numpy: texts are cut
-    at their spaces where that is exact (`_by_spaces`), else split by `_ascii_regex` (`_by_regex`). Rows
-    with a non-ASCII text, or with an added token's text (split out before pre-tokenizing), are left to the
-    tokenizer (`usable`). 1M rows of the sample data: ~50 s of CPU in `encode_batch`, ~5 s here.
-    tests/packing/test_text_tokenize.py checks equality with the tokenizer on edge cases and fuzzed ASCII."""
+    wherever it occurs. Texts are cut at their spaces where that is exact (`_by_spaces`: every space follows
+    a character other than whitespace) and each distinct piece is tokenized once (`_Tables`: an ASCII piece
+    from its pre-tokens, split by `_ascii_regex`, each tokenized once by the model (`tokenizers`' own BPE,
+    merges and all); another by the tokenizer itself; fresh tables past `WORDS_MAX`); a chunk's ids are
+    gathered in numpy. Samples where a space follows whitespace are split by `_ascii_regex` in one pass
+    (`_by_regex`) when ASCII, else left to the tokenizer; samples holding an added token's text (split out
+    before pre-tokenizing) or `_SEP` are left to the tokenizer (`usable`). 1M ASCII rows of the sample
+    data: ~50 s of CPU in `encode_batch`, ~5 s here. tests/packing/test_text_tokenize.py checks equality
+    with the tokenizer on edge cases and fuzzed text."""
 
     WORDS_MAX = 1 << 17
 
     def __init__(self, tok: LoadedTokenizer, pattern: str):
+        self.tok = tok
         self.findall = _ascii_regex(pattern).findall
         self.model = tok.tokenizer.model
-        self.tables = _Tables(self.model, self.findall)
+        self.tables = self._fresh()
         self.added = [t.content for t in tok.tokenizer.get_added_tokens_decoder().values()]
         # an added token's first two characters: a chunk holding none of them holds no added token
         self.starts = sorted({a[:2] for a in self.added})
 
+    def _fresh(self) -> _Tables:
+        encode = self.tok.tokenizer.encode
+        return _Tables(self.model, self.findall, lambda text: encode(text, add_special_tokens=False).ids)
+
     def _plain(self, text: str) -> bool:
-        return text.isascii() and not any(a in text for a in self.added)
+        return _SEP not in text and not any(a in text for a in self.added)
 
     def usable(self, contexts: list[str], outputs: list[str]) -> list[bool]:
-        """Which samples `encode` takes: ASCII input and output holding no added token."""
-        ok = [c.isascii() and o.isascii() for c, o in zip(contexts, outputs, strict=True)]
+        """Which samples `encode` takes: input and output holding no added token's text and no `_SEP`."""
         blob = "\n".join(itertools.chain(contexts, outputs))
-        if any(s in blob for s in self.starts):
+        if _SEP in blob or any(s in blob for s in self.starts):
             plain = self._plain
-            ok = [plain(c) and plain(o) for c, o in zip(contexts, outputs, strict=True)]
-        return ok
+            return [plain(c) and plain(o) for c, o in zip(contexts, outputs, strict=True)]
+        return [True] * len(contexts)
 
     def encode(self, contexts: list[str], outputs: list[str]) -> _Encoded:
-        """The ids of usable samples, as two calls (`input`, `" " + output`) of the tokenizer give them."""
+        """The ids of usable samples, as two calls (`input`, `" " + output`) of the tokenizer give them:
+        `_by_spaces`, and for the samples it leaves `_by_regex` (ASCII ones) or the tokenizer."""
         if self.tables.size() > self.WORDS_MAX:
-            self.tables = _Tables(self.model, self.findall)  # fresh (a call using the old ones keeps them)
+            self.tables = self._fresh()  # fresh tables (a call using the old ones keeps them)
         tables = self.tables
         enc, spacey = self._by_spaces(tables, contexts, outputs)
         if not spacey:
             return enc
         other = set(spacey)
         plain = [i for i in range(len(contexts)) if i not in other]
+        ascii_ = [i for i in spacey if contexts[i].isascii() and outputs[i].isascii()]
+        rest = [i for i in spacey if not (contexts[i].isascii() and outputs[i].isascii())]
+        c, o = contexts, outputs
         return _merge(
             len(contexts),
             [
+                (plain, self._by_spaces(tables, [c[i] for i in plain], [o[i] for i in plain])[0]),
+                (ascii_, self._by_regex(tables, [c[i] for i in ascii_], [o[i] for i in ascii_])),
                 (
-                    plain,
-                    self._by_spaces(tables, [contexts[i] for i in plain], [outputs[i] for i in plain])[0],
+                    rest,
+                    _Encoded.of_lists(
+                        *_encode_with_tokenizer(self.tok, [c[i] for i in rest], [o[i] for i in rest], True)
+                    ),
                 ),
-                (spacey, self._by_regex(tables, [contexts[i] for i in spacey], [outputs[i] for i in spacey])),
             ],
         )
 
