@@ -560,3 +560,26 @@ def test_text_that_is_not_ascii_is_cut_at_spaces_too(tokenizers_accepted, which,
     assert sorted(whole) == sorted(c for c, o in spacey if not (c + o).isascii())
     assert len(pairs) - len(spacey) > len(pairs) // 4  # most samples cut at spaces
     assert sum(not (c + o).isascii() for c, o in pairs) > len(pairs) * 3 // 4
+
+
+def test_what_the_tokenizers_regex_calls_whitespace_python_calls_whitespace_too():
+    """The cut at spaces rests on it: a piece whose last character the tokenizer's `\\s` matches must count as
+    ending in whitespace (`_Table.weak`). "a" + c + c + "b" is four pre-tokens exactly where c is `\\s`."""
+    pre = load_tokenizer(TOKENIZER).tokenizer.pre_tokenizer
+    regex_space = {
+        cp
+        for cp in range(0x10000)
+        if not 0xD800 <= cp < 0xE000 and len(pre.pre_tokenize_str("a" + chr(cp) * 2 + "b")) == 4
+    }
+    assert {0x09, 0x0B, 0x85, 0xA0, 0x2028, 0x3000} <= regex_space  # the probe finds whitespace
+    assert all(chr(cp).isspace() for cp in regex_space)
+    assert regex_space & set(range(128)) == {ord(c) for c in text._ASCII_SPACE} - {0x20}
+    table = text._Table(lambda key: [], {})
+    assert [table.weak[table[key]] for key in ("a\u3000", "a\x1c", "a\t", "a", "", "\xff")] == [
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+    ]
