@@ -583,3 +583,18 @@ def test_what_the_tokenizers_regex_calls_whitespace_python_calls_whitespace_too(
         True,
         False,
     ]
+
+
+def test_the_per_tokenizer_tables_go_with_the_tokenizer():
+    import gc
+    import weakref
+
+    tok = load_tokenizer(TOKENIZER)
+    words = text._ascii_words(tok)
+    assert words is not None and text._ascii_words(tok) is words  # one per tokenizer object
+    assert text._ascii_words(load_tokenizer(TOKENIZER)) is not words  # (that one is gone again)
+    gone = weakref.ref(tok)
+    key = id(tok)
+    del tok
+    gc.collect()
+    assert gone() is None and key not in text._WORDS  # the entry did not keep the tokenizer alive

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,7 +307,7 @@ class _AsciiWords:
     WORDS_MAX = 1 << 17
 
     def __init__(self, tok: LoadedTokenizer, pattern: str):
-        self.tok = tok
+        self.tok = dataclasses.replace(tok)  # a copy: `_WORDS` must not keep `tok` alive
         self.findall = _ascii_regex(pattern).findall
         self.model = tok.tokenizer.model
         self.tables = self._fresh()
@@ -449,19 +451,19 @@ def _merge(n: int, parts: list[tuple[list[int], _Encoded]]) -> _Encoded:
     return _Encoded(ids, lens, ctx_len)
 
 
-# the `_AsciiWords` of each tokenizer in use (keyed by the LoadedTokenizer's id; the object is kept with it)
-_WORDS: dict[int, tuple[LoadedTokenizer, _AsciiWords | None]] = {}
+# the `_AsciiWords` of each LoadedTokenizer alive (by id; the entry goes when the tokenizer object does, and it
+# holds no reference to that object, so it does not keep it alive)
+_WORDS: dict[int, _AsciiWords | None] = {}
 
 
 def _ascii_words(tok: LoadedTokenizer) -> _AsciiWords | None:
-    hit = _WORDS.get(id(tok))
-    if hit is not None and hit[0] is tok:
-        return hit[1]
+    key = id(tok)
+    if key in _WORDS:
+        return _WORDS[key]
     pattern = _joint_pattern(tok)
     words = _AsciiWords(tok, pattern) if pattern is not None else None
-    if len(_WORDS) >= 4:
-        _WORDS.pop(next(iter(_WORDS)))
-    _WORDS[id(tok)] = (tok, words)
+    weakref.finalize(tok, _WORDS.pop, key, None)
+    _WORDS[key] = words
     return words
 
 
