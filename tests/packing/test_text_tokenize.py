@@ -6,6 +6,7 @@ source or tokenizer is tokenized again."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,7 @@ pytest.importorskip("pyarrow")
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
 from packcfg.cli import main  # noqa: E402
+from packcfg.packing.errors import PackingError  # noqa: E402
 from packcfg.packing.sources import cache as token_cache  # noqa: E402
 from packcfg.packing.sources import text  # noqa: E402
 from packcfg.packing.sources.batch import make_batch  # noqa: E402
@@ -325,3 +327,274 @@ def test_the_cache_lives_in_the_user_cache_folder_not_beside_the_packs(tmp_path,
     counting = _Counting(monkeypatch, fail=True)
     assert _pack(sft, TOKENIZER, tmp_path / "elsewhere" / "packed.parquet") == first
     assert counting.calls == 0
+
+
+# --------------------------------------------------------------------------------------------- ASCII words
+
+
+def _ascii_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    """Fuzzed ASCII inputs and outputs: every ASCII character (controls, 0x1c-0x1f and DEL included),
+    whitespace runs, contractions in both cases, digit runs and added tokens' text."""
+    rng = np.random.default_rng(seed)
+    pieces = [chr(c) for c in range(128)] + ["word", " word", "Zz"] * 20
+    pieces += ["'s", "'S", "'ll", "'LL", "'Re", "  ", "   ", "\r\n", "\n\n", " \n", "\t ", "123456", "1 000"]
+    pieces += ["<eos>", "<pad>", "<eo", "s>", "<", "\x0b\x0b", "\x1c\x1c", " \x1f"]
+    pairs = []
+    for _ in range(n):
+        a = "".join(rng.choice(pieces, size=int(rng.integers(0, 14))))
+        b = "".join(rng.choice(pieces, size=int(rng.integers(0, 14))))
+        pairs.append((a, b))
+    return pairs + [(a, b) for a in EDGES for b in EDGES if a.isascii() and b.isascii()]
+
+
+@pytest.mark.parametrize("which", ["bundled (GPT-2 byte-level)", "Llama 3 split", "Qwen 2 split"])
+def test_ascii_samples_get_the_tokenizers_own_ids_without_calling_it_per_sample(
+    tokenizers_accepted, which, monkeypatch
+):
+    tok = load_tokenizer(tokenizers_accepted[which])
+    words = text._AsciiWords(tok, text._joint_pattern(tok))
+    pairs = _ascii_pairs(3000, seed=len(which) + 1)
+    contexts, outputs = [a for a, _ in pairs], [b for _, b in pairs]
+    usable = words.usable(contexts, outputs)
+    added = [any(t in a + "\n" + b for t in ("<eos>", "<pad>")) for a, b in pairs]
+    assert usable == [not x for x in added]  # only the rows with an added token's text go to the tokenizer
+    assert sum(usable) > len(pairs) * 3 // 4
+    fast_c = [c for c, ok in zip(contexts, usable, strict=True) if ok]
+    fast_o = [o for o, ok in zip(outputs, usable, strict=True) if ok]
+    expected = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, fast_c, fast_o, False))
+    assert words.encode(fast_c, fast_o) == expected
+    # both ways: the regex over every sample, and pieces between spaces where every space follows a
+    # character other than whitespace (control: on the other samples pieces give other ids, with a
+    # vocabulary that merges whitespace runs)
+    assert words._by_regex(words.tables, fast_c, fast_o) == expected
+    # the samples it leaves to the regex: those where a space of the input or of " " + output follows
+    # whitespace
+    follows = re.compile(r"[ \t\n\r\x0b\x0c] ").search
+    spacey = [bool(follows(c) or follows(" " + o)) for c, o in zip(fast_c, fast_o, strict=True)]
+    assert words._by_spaces(words.tables, fast_c, fast_o)[1] == [i for i, x in enumerate(spacey) if x]
+    for flag in (False, True):
+        c = [x for x, s in zip(fast_c, spacey, strict=True) if s is flag]
+        o = [x for x, s in zip(fast_o, spacey, strict=True) if s is flag]
+        assert len(c) > len(pairs) // 10
+        two_calls = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, c, o, False))
+        if flag and which.startswith("bundled"):
+            continue  # its vocabulary has no whitespace runs to merge: pieces happen to give its ids
+        assert (words._by_spaces(words.tables, c, o)[0] == two_calls) is not flag
+    # a table that fills up is started afresh between calls: same ids
+    monkeypatch.setattr(text._AsciiWords, "WORDS_MAX", 50)
+    small = text._AsciiWords(tok, text._joint_pattern(tok))
+    chunks = [(fast_c[i : i + 100], fast_o[i : i + 100]) for i in range(0, len(fast_c), 100)]
+    encoded = [small.encode(c, o) for c, o in chunks]
+    assert small.tables.size() <= 50 + 200 * 14  # fresh tables, not ones that grew with every call
+    assert np.array_equal(np.concatenate([e.ids for e in encoded]), expected.ids)
+    assert np.array_equal(np.concatenate([e.ctx_len for e in encoded]), expected.ctx_len)
+    # the whole chunk, ASCII and not, equals two calls (the ASCII rows through `words`)
+    mixed = pairs + _fuzz_pairs(300, seed=3)
+    c, o = [a for a, _ in mixed], [b for _, b in mixed]
+    assert text._encode_text(tok, c, o, True) == text._Encoded.of_lists(
+        *text._encode_with_tokenizer(tok, c, o, False)
+    )
+
+
+def test_the_ascii_regex_needs_ascii_whitespace_the_fuzz_tells(tokenizers_accepted):
+    """Control: Python's Unicode `\\s` (which holds 0x1c-0x1f) instead of `re.ASCII`'s splits "it\\x1c's" as
+    "it", "\\x1c", "'s" where the tokenizer has "it", "\\x1c'", "s": other ids with a vocabulary that merges
+    "'s"; the fuzzed text above holds such cases."""
+    tok = load_tokenizer(tokenizers_accepted["Llama 3 split"])
+    words = text._AsciiWords(tok, text._joint_pattern(tok))
+    pairs = [(a, b) for a, b in _ascii_pairs(1000, seed=9) if "<" not in a + b]
+    pairs += [("it\x1c's", "go\x1d's"), ("x\x1f'", "\x1e's")]
+    contexts, outputs = [a for a, _ in pairs], [b for _, b in pairs]
+    expected = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, contexts, outputs, False))
+    assert words.encode(contexts, outputs) == expected
+    unicode_words = text._AsciiWords(tok, text._joint_pattern(tok))
+    unicode_words.findall = re.compile(text._ascii_regex(text._joint_pattern(tok)).pattern).findall
+    unicode_words.tables = unicode_words._fresh()
+    assert unicode_words.encode(contexts, outputs) != expected
+
+
+# --------------------------------------------------------------------------------------------- processes
+
+
+def test_a_large_source_is_tokenized_in_worker_processes_into_the_same_pack(tmp_path, monkeypatch):
+    """Above PROCESS_MIN_BYTES (here: any size) the chunks go to spawned processes: the parent never encodes
+    (its `_encode_text` would raise), and the pack is byte for byte the one threads make."""
+    monkeypatch.setenv(token_cache.ENV, "0")
+    rows = [json.loads(x) for x in (SAMPLE_SFT / "training.jsonl").read_text().splitlines()]
+    rows += [{"input": a, "output": b} for a, b in _fuzz_pairs(300, seed=7)]  # non-ASCII, added tokens
+    src = write_jsonl(tmp_path / "sft.jsonl", rows)
+    threaded = _pack(src, TOKENIZER, tmp_path / "out" / "packed.parquet")
+    monkeypatch.setattr(text, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(text, "_spawn_safe", lambda: True)
+    monkeypatch.setattr(text, "_TEXT_CACHE", {})
+    monkeypatch.setattr(text, "_TEXT_CACHE_MAX_BYTES", 0)  # straight to iter_text_jsonl
+    _Counting(monkeypatch, fail=True)
+    assert _pack(src, TOKENIZER, tmp_path / "out" / "packed.parquet") == threaded
+
+
+def test_bad_rows_name_their_line_with_worker_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(text, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(text, "_spawn_safe", lambda: True)
+    rows = [{"input": "a", "output": "b"}] * 5000 + [{"input": "a", "output": 3}]
+    src = write_jsonl(tmp_path / "sft.jsonl", rows)
+    tok = load_tokenizer(TOKENIZER)
+    with pytest.raises(PackingError, match=r"sft.jsonl:5001: 'output' must be a string, got int"):
+        list(text.iter_text_jsonl(src, tok, 1000))
+
+
+def test_worker_processes_only_where_spawning_does_not_rerun_the_users_script(monkeypatch):
+    import sys
+    import types
+
+    def main_module(spec_name=None, file=None):
+        mod = types.ModuleType("__main__")
+        mod.__spec__ = types.SimpleNamespace(name=spec_name) if spec_name else None
+        if file is not None:
+            mod.__file__ = file
+        return mod
+
+    for mod, safe in [
+        (main_module("packcfg.__main__", "/x/packcfg/__main__.py"), True),  # python -m packcfg
+        (main_module("pytest.__main__", "/x/pytest/__main__.py"), True),
+        (main_module(None, "/usr/local/bin/packcfg"), True),  # the console script (guarded)
+        (main_module(None, None), True),  # python -c
+        (main_module(None, "/home/me/train.py"), False),  # a script may lack the __main__ guard
+        (main_module("mytool", "/home/me/mytool.py"), False),  # python -m mytool
+    ]:
+        monkeypatch.setitem(sys.modules, "__main__", mod)
+        assert text._spawn_safe() is safe, (mod.__spec__, getattr(mod, "__file__", None))
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+def test_rows_parsed_with_orjson_are_those_json_gives_and_its_messages_stay(tmp_path, monkeypatch):
+    pytest.importorskip("orjson")
+    lines = [
+        json.dumps({"input": "a\u0000b", "output": "é 🙂 \\n"}),
+        '{"input": "x", "input": "dup", "output": "y", "extra": [1, 2.5, null]}',
+        '{"input": "\\ud83d\\ude42", "output": "\\u00e9"}',
+        '{"input": "lone \\ud800", "output": "ok"}',  # orjson refuses a lone surrogate; json keeps it
+        '  {"output": "b", "input": ""}  ',
+        '{"input": "nan", "output": "z", "n": NaN}',  # json only
+    ]
+    src = tmp_path / "rows.jsonl"
+    src.write_text("\n".join(lines) + "\n\n")
+    fast = list(text._text_rows(src, 4))
+    monkeypatch.setattr(text, "_fast_loads", lambda: None)
+    assert list(text._text_rows(src, 4)) == fast
+    assert [len(c) for _, c, _ in fast] == [4, 2]
+    # where orjson and json differ, the message is json's: a big int is an int, not a float
+    for row, message in [
+        ('{"input": 18446744073709551616, "output": "x"}', "'input' must be a string, got int"),
+        ('{"input": "a", "output": NaN}', "'output' must be a string, got float"),
+        ('{"input": "a"}', "missing 'output'"),
+        ('{"input": "a", "output": "b",}', "malformed JSON"),
+        ('["input", "output"]', "expected a JSON object, got list"),
+    ]:
+        monkeypatch.undo()
+        src.write_text(lines[0] + "\n" + row + "\n")
+        with pytest.raises(PackingError, match=re.escape(f"rows.jsonl:2: {message}")):
+            list(text._text_rows(src, 4))
+
+
+def test_without_process_support_threads_tokenize(tmp_path, monkeypatch):
+    """Where a process pool cannot be made (no /dev/shm for its locks: OSError), threads do the work."""
+    monkeypatch.setattr(text, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(text, "_spawn_safe", lambda: True)
+
+    def no_pool(tok, joint):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(text, "_worker_pool", no_pool)
+    counting = _Counting(monkeypatch)
+    src = write_jsonl(tmp_path / "sft.jsonl", [{"input": "a b", "output": "c"}] * 50)
+    tok = load_tokenizer(TOKENIZER)
+    batches = list(text.iter_text_jsonl(src, tok, 16))
+    assert sum(len(b.offsets) - 1 for b in batches) == 50
+    assert counting.calls == 4  # in this process
+
+
+@pytest.mark.parametrize("which", ["bundled (GPT-2 byte-level)", "Llama 3 split", "Qwen 2 split"])
+def test_text_that_is_not_ascii_is_cut_at_spaces_too(tokenizers_accepted, which, monkeypatch):
+    """Pieces that are not ASCII get their ids from the tokenizer, a piece at a time: the samples equal two
+    calls, and only those where a space follows (Unicode) whitespace go to the tokenizer whole."""
+    tok = load_tokenizer(tokenizers_accepted[which])
+    rng = np.random.default_rng(len(which))
+    alphabet = [
+        "é",
+        "日本",
+        "🙂",
+        "naïve",
+        "x",
+        "Zz",
+        "1",
+        ",",
+        "'s",
+        " ",
+        " ",
+        " ",
+        "\u00a0",
+        "\u2028",
+        "\u3000",
+    ]
+    pairs = [
+        ("".join(rng.choice(alphabet, size=int(rng.integers(0, 10)))), "".join(rng.choice(alphabet, size=8)))
+        for _ in range(1500)
+    ]
+    contexts, outputs = [a for a, _ in pairs], [b for _, b in pairs]
+    expected = text._Encoded.of_lists(*text._encode_with_tokenizer(tok, contexts, outputs, False))
+    whole: list[str] = []
+    real = text._encode_with_tokenizer
+
+    def recording(tok, contexts, outputs, joint):
+        whole.extend(contexts)
+        return real(tok, contexts, outputs, joint)
+
+    monkeypatch.setattr(text, "_encode_with_tokenizer", recording)
+    words = text._AsciiWords(tok, text._joint_pattern(tok))
+    assert words.usable(contexts, outputs) == [True] * len(pairs)
+    assert words.encode(contexts, outputs) == expected
+    follows = re.compile(r"\s ").search  # Unicode \s: a space after whitespace
+    spacey = [(c, o) for c, o in pairs if follows(c) or follows(" " + o)]
+    assert sorted(whole) == sorted(c for c, o in spacey if not (c + o).isascii())
+    assert len(pairs) - len(spacey) > len(pairs) // 4  # most samples cut at spaces
+    assert sum(not (c + o).isascii() for c, o in pairs) > len(pairs) * 3 // 4
+
+
+def test_what_the_tokenizers_regex_calls_whitespace_python_calls_whitespace_too():
+    """The cut at spaces rests on it: a piece whose last character the tokenizer's `\\s` matches must count as
+    ending in whitespace (`_Table.weak`). "a" + c + c + "b" is four pre-tokens exactly where c is `\\s`."""
+    pre = load_tokenizer(TOKENIZER).tokenizer.pre_tokenizer
+    regex_space = {
+        cp
+        for cp in range(0x10000)
+        if not 0xD800 <= cp < 0xE000 and len(pre.pre_tokenize_str("a" + chr(cp) * 2 + "b")) == 4
+    }
+    assert {0x09, 0x0B, 0x85, 0xA0, 0x2028, 0x3000} <= regex_space  # the probe finds whitespace
+    assert all(chr(cp).isspace() for cp in regex_space)
+    assert regex_space & set(range(128)) == {ord(c) for c in text._ASCII_SPACE} - {0x20}
+    table = text._Table(lambda key: [], {})
+    assert [table.weak[table[key]] for key in ("a\u3000", "a\x1c", "a\t", "a", "", "\xff")] == [
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+    ]
+
+
+def test_the_per_tokenizer_tables_go_with_the_tokenizer():
+    import gc
+    import weakref
+
+    tok = load_tokenizer(TOKENIZER)
+    words = text._ascii_words(tok)
+    assert words is not None and text._ascii_words(tok) is words  # one per tokenizer object
+    assert text._ascii_words(load_tokenizer(TOKENIZER)) is not words  # (that one is gone again)
+    gone = weakref.ref(tok)
+    key = id(tok)
+    del tok
+    gc.collect()
+    assert gone() is None and key not in text._WORDS  # the entry did not keep the tokenizer alive

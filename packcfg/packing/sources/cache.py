@@ -1,9 +1,9 @@
 """The tokenized cache: the spool of a source that needs tokenizing (text, chat), kept in the user's cache
 folder and used again while the source's and the tokenizer's sha256 are those of the run that made it.
 
-Tokenizing is nearly all of `pack`'s time on text (1M Bridge rows: ~50 s of CPU); a second `pack` of the
-same data with other settings (pack size, seed, algorithm, another output folder) or after `--force` reads
-the cached spool instead. Where: `$PACKCFG_CACHE_DIR/tokenized/`, else `$XDG_CACHE_HOME/packcfg/tokenized/`,
+Tokenizing is most of `pack`'s time on text (1M Bridge rows: ~50 s of CPU in `encode_batch`, ~15 s on the
+ASCII path of `text._AsciiWords`); a second `pack` of the same data with other settings (pack size, seed,
+algorithm, another output folder) or after `--force` reads the cached spool instead. Where: `$PACKCFG_CACHE_DIR/tokenized/`, else `$XDG_CACHE_HOME/packcfg/tokenized/`,
 else `~/.cache/packcfg/tokenized/` (never the packed output's folder, which holds only what Bridge reads).
 Layout: `<key>/` with `spool.bin` (the spool's packed values: token ids and label-aligned mask bits, 16 or
 32 bits each), `offsets.npy`, `lines.npy` and `entry.json` (written last). The key is a sha256 of the

@@ -19,6 +19,13 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def jsonl_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, raw line, object) for each non-blank line (see `jsonl_records`)."""
+    for lineno, line in jsonl_text_lines(path):
+        yield lineno, line, parse_line(path, lineno, line)
+
+
+def jsonl_text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, raw line) for each non-blank line, unparsed; bad UTF-8 or an unreadable file is a
+    PackingError naming the file."""
     try:
         f = open(path, encoding="utf-8")
     except OSError as exc:
@@ -27,7 +34,7 @@ def jsonl_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
         try:
             for lineno, line in enumerate(f, 1):
                 if line.strip():
-                    yield lineno, line, parse_line(path, lineno, line)
+                    yield lineno, line
         except UnicodeDecodeError as exc:
             raise PackingError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 

@@ -7,6 +7,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -17,16 +18,22 @@ READ_WORKERS = min(2, os.cpu_count() or 1)
 
 
 def ordered_map(
-    fn: Callable[[U], T], items: Iterable[U], workers: int, ahead: int | None = None
+    fn: Callable[[U], T],
+    items: Iterable[U],
+    workers: int,
+    ahead: int | None = None,
+    pool: Executor | None = None,
 ) -> Iterator[T]:
-    """fn(item) for each item, computed in `workers` threads, yielded in the order of `items`: at most
-    `ahead` (default `workers`) results wait beyond the one being consumed. An exception of fn is raised
-    here, in its place in the sequence; when the consumer stops early the pending work is cancelled."""
+    """fn(item) for each item, computed in `workers` threads (or in `pool`, which this then shuts down),
+    yielded in the order of `items`: at most `ahead` (default `workers`) results wait beyond the one being
+    consumed. An exception of fn is raised here, in its place in the sequence; when the consumer stops early
+    the pending work is cancelled."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     ahead = workers if ahead is None else ahead
     it = iter(items)
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packcfg-worker")
+    if pool is None:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packcfg-worker")
     try:
         pending: collections.deque[Future[T]] = collections.deque()
         for item in it:
