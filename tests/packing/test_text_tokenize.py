@@ -217,7 +217,7 @@ def _pack(src: Path, tokenizer: Path, out: Path, capacity: int = 512) -> bytes:
             str(tokenizer),
             "--capacity",
             str(capacity),
-            "--out",
+            "--parquet",
             str(out),
             "-q",
             "--force",
@@ -598,3 +598,39 @@ def test_the_per_tokenizer_tables_go_with_the_tokenizer():
     del tok
     gc.collect()
     assert gone() is None and key not in text._WORDS  # the entry did not keep the tokenizer alive
+
+
+def test_a_fast_path_that_goes_wrong_stops_the_pack_naming_the_line(tmp_path, monkeypatch, capsys):
+    """The spot check (text.CHECK_EVERY): a sample the fast path got wrong stops the pack before anything is
+    written, naming the file and line; PACKCFG_FAST_TOKENIZE=0 tokenizes every row with the tokenizer and
+    gives the same pack as the fast path; control: an unchecked sample's error is not seen (the check samples)."""
+    monkeypatch.setenv(token_cache.ENV, "0")
+    src = tmp_path / "training.jsonl"
+    shutil.copy(SAMPLE_SFT / "training.jsonl", src)
+    fast = _pack(src, TOKENIZER, tmp_path / "fast" / "packed.parquet")
+    monkeypatch.setenv("PACKCFG_FAST_TOKENIZE", "0")
+    monkeypatch.setattr(text, "_TEXT_CACHE", {})
+    assert _pack(src, TOKENIZER, tmp_path / "slow" / "packed.parquet") == fast
+    monkeypatch.delenv("PACKCFG_FAST_TOKENIZE")
+    real = text._AsciiWords.encode
+
+    def wrong_at(row: int):
+        def encode(self, contexts, outputs):
+            enc = real(self, contexts, outputs)
+            starts = np.cumsum(enc.lens) - enc.lens
+            enc.ids[starts[row]] += 1  # the first id of one sample of the chunk
+            return enc
+
+        return encode
+
+    monkeypatch.setattr(text._AsciiWords, "encode", wrong_at(text.CHECK_EVERY))  # a checked sample
+    monkeypatch.setattr(text, "_TEXT_CACHE", {})
+    out = tmp_path / "bad" / "packed.parquet"
+    rc = main(["pack", str(src), "--tokenizer", str(TOKENIZER), "--capacity", "512", "--parquet", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"training.jsonl:{text.CHECK_EVERY + 1}: packcfg's fast tokenizing gave other ids" in err
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+    monkeypatch.setattr(text._AsciiWords, "encode", wrong_at(1))  # not a checked sample: not caught
+    monkeypatch.setattr(text, "_TEXT_CACHE", {})
+    assert _pack(src, TOKENIZER, tmp_path / "unchecked" / "packed.parquet") != fast
