@@ -151,3 +151,42 @@ def test_l2_bound_counts_the_items_over_half_the_capacity():
     assert refine.l2_bound(np.array([600]), np.array([3]), 1000) == 3
     # the 600s take three packs and leave 1,200 beside them; the 450s and 100s need 1,300: one pack more
     assert refine.l2_bound(np.array([100, 450, 600]), np.array([4, 2, 3]), 1000) == 4
+
+
+_FRESH = """
+import sys
+import numpy as np
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {tests!r})
+from test_planner_refine import _few_distinct
+from packcfg.packing.planner import plan
+a = {lengths}
+plan(a, 2048)
+k = sys.modules.get("packcfg.packing._bfd_kernel")
+print(bool(k is not None and k.loaded()))
+"""
+
+
+def _kernel_loaded_after_one_plan(lengths: str) -> bool:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = _FRESH.format(root=root, tests=str(Path(__file__).parent), lengths=lengths)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PACKCFG_PLANNER_KERNEL", "PACKCFG_PLANNER_REFINE")
+    }
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return out.stdout.strip().splitlines()[-1] == "True"
+
+
+@needs_numba
+def test_where_the_stage_runs_bfds_kernel_is_loaded_with_it():
+    """The stage loads numba for itself; bfd's kernel comes with it, so its best fit on leftovers and later
+    plans take the compiled path. Control: a small input the stage skips plans on the Python path alone."""
+    assert _kernel_loaded_after_one_plan("_few_distinct(20_000, 2048, 300)")
+    assert not _kernel_loaded_after_one_plan(
+        "np.clip(np.random.default_rng(0).lognormal(5, 1, 2_000), 1, 2048).astype(np.int64)"
+    )

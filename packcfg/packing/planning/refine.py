@@ -70,6 +70,7 @@ def refine(
     counts: np.ndarray,
     packing: Packing,
     best_fit: Callable[[np.ndarray], Packing],
+    prepare: Callable[[], object] | None = None,
 ) -> Packing:
     """bfd's plan, or a plan with fewer packs. Two tries, sharing one work budget:
 
@@ -80,10 +81,13 @@ def refine(
     Re-planning is minimum bin slack on the histogram (a pack starts with the largest item left and is filled
     by a bounded subset sum, the pattern applied to as many packs as the counts allow) until a pattern would
     waste too much or the budget is spent, then best fit (`best_fit(lengths)`, no refinement) on the rest.
-    The plan with the fewest packs wins; bfd's on a tie."""
+    The plan with the fewest packs wins; bfd's on a tie. `prepare` is called once the stage is going to
+    run (bfd loads its compiled best fit there: numba is being loaded for the stage anyway)."""
     packs = len(packing.offsets) - 1
     if capacity > MAX_CAPACITY or packs <= target(present, counts, capacity, k_max) or not enabled():
         return packing
+    if prepare is not None:
+        prepare()
     work = max(WORK_MIN, WORK_PER_ITEM * len(a))
     best, best_packs = packing, packs
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
