@@ -96,7 +96,19 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
         packing,
         lambda rest: _grouped_best_fit(rest, capacity, max_per_pack, *_histogram(rest)),
         load_kernel,
+        lambda values, counts: _count_packs(values, counts, capacity, k_max),
     )
+
+
+def _count_packs(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
+    """Best fit's packs on a histogram (values descending): the kernel where it is loaded."""
+    kernel = sys.modules.get("packcfg.packing._bfd_kernel")
+    if kernel is not None and kernel.loaded() and capacity <= _KERNEL_MAX_CAPACITY:
+        offsets, _, _ = kernel.grouped_best_fit(values, counts, capacity, k_max)
+    else:
+        a = np.repeat(values, counts)
+        offsets = grouped_best_fit_python(a, capacity, k_max, counts, values).offsets  # type: ignore[union-attr]
+    return len(offsets) - 1
 
 
 def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
