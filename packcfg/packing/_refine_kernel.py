@@ -296,9 +296,7 @@ def assign(
     packs: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(order, per_pack, fills, taken) of the patterns' packs."""
-    items = int(
-        sum(int(k) * int(ent_n[(pat_end[j - 1] if j else 0) : pat_end[j]].sum()) for j, k in enumerate(pat_k))
-    )
+    items = int(np.dot(np.repeat(pat_k, np.diff(pat_end, prepend=0)), ent_n))
     order = np.empty(items, dtype=np.int64)
     per_pack = np.empty(packs, dtype=np.int64)
     fills = np.empty(packs, dtype=np.int64)

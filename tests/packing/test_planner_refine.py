@@ -209,3 +209,20 @@ def test_the_patterns_stop_where_best_fit_does_better_on_the_rest(monkeypatch):
     _check(every, a, 4096)
     assert every.num_packs - lb > 5
     assert _bfd_only(a, 4096, monkeypatch).num_packs - lb > 5
+
+
+@needs_numba
+def test_try_one_re_plans_the_big_item_packs_with_slack(monkeypatch):
+    """Try 1 keeps only best fit's big-item packs that are (nearly) full and re-plans the rest with them.
+    Control: keeping every big-item pack (TIGHT_SHIFT 0: every pack counts as tight) misses the target."""
+    a = _few_distinct(20_000, 2048, 999)
+    lb = _lb(a, 2048)
+    p = plan(a, 2048)
+    _check(p, a, 2048)
+    assert p.num_packs - lb <= 5
+    with monkeypatch.context() as m:
+        m.setattr(refine, "TIGHT_SHIFT", 0)
+        loose = plan(a, 2048)
+    _check(loose, a, 2048)
+    assert loose.num_packs - lb > 5
+    assert p.num_packs <= loose.num_packs <= _bfd_only(a, 2048, monkeypatch).num_packs

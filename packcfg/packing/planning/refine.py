@@ -20,8 +20,10 @@ from packcfg.packing.planning.common import Packing
 # compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
 # around it about as much again (64k samples: 3-6 ms where it runs, argsort 3 ms); WORK_MIN lets small
 # inputs finish.
-WORK_PER_ITEM = 192
+WORK_PER_ITEM = 256
 WORK_MIN = 5_000_000
+# try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (8 at 2k)
+TIGHT_SHIFT = 8
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
 
@@ -73,15 +75,19 @@ def refine(
     prepare: Callable[[], object] | None = None,
     count: Callable[[np.ndarray, np.ndarray], int] | None = None,
 ) -> Packing:
-    """bfd's plan, or a plan with fewer packs. Two tries, sharing one work budget:
+    """bfd's plan, or a plan with fewer packs. Up to three tries, sharing one work budget, until one lands
+    within LB + max(5, 0.01% LB):
 
-    1. keep bfd's packs that hold an item over capacity / 2 (they need a pack each anyway) and re-plan the
-       items of the others (where best fit leaves slack: homogeneous packs of a frequent length);
-    2. re-plan every item.
+    1. keep bfd's packs that hold an item over capacity / 2 and have at most capacity >> TIGHT_SHIFT tokens
+       of slack (they need a pack each anyway, and little can improve them) and re-plan the other items;
+    2. the same keeping every pack with an item over capacity / 2 (where best fit leaves slack: homogeneous
+       packs of a frequent length);
+    3. re-plan every item.
 
     Re-planning is minimum bin slack on the histogram (a pack starts with the largest item left and is filled
     by a bounded subset sum, the pattern applied to as many packs as the counts allow) until a pattern would
-    waste too much or the budget is spent, then best fit (`best_fit(lengths)`, no refinement) on the rest.
+    waste too much or the budget is spent; only its first patterns are kept (_cut), then best fit
+    (`best_fit(lengths)`, no refinement) on the rest.
     The plan with the fewest packs wins; bfd's on a tie. `prepare` is called once the stage is going to
     run (bfd loads its compiled best fit there: numba is being loaded for the stage anyway); `count(values,
     counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop."""
@@ -96,22 +102,25 @@ def refine(
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
     sizes = np.diff(packing.offsets)
     big = np.maximum.reduceat(a[order], packing.offsets[:-1]) > capacity // 2
-    if big.any() and not big.all():
-        kept = np.repeat(big, sizes)
+    fills = packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
+    tight = big & (fills >= capacity - max(1, capacity >> TIGHT_SHIFT))
+    for i_try, keep in enumerate((tight, big)):
+        if not keep.any() or keep.all() or work <= 0 or best_packs <= goal:
+            continue
+        if i_try and np.array_equal(keep, tight):
+            continue  # every big-item pack was tight: try 2 would be try 1 again
+        kept = np.repeat(keep, sizes)
         sub_ids = order[~kept]
         sub = a[sub_ids]
-        fills = (
-            packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
-        )
-        waste = int((~big).sum()) * capacity - int(sub.sum()) - capacity  # more could not save a pack
+        waste = int((~keep).sum()) * capacity - int(sub.sum()) - capacity  # more could not save a pack
         sub_present, sub_counts = _histogram(sub)
-        n_big = int(big.sum())
+        n_kept = int(keep.sum())
         plan, spent = _replan(
-            sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit, count, goal - n_big
+            sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit, count, goal - n_kept
         )
         work -= spent
-        if plan is not None and n_big + len(plan.offsets) - 1 < best_packs:
-            best = _join(order[kept], sizes[big], fills[big], sub_ids, plan)
+        if plan is not None and n_kept + len(plan.offsets) - 1 < best_packs:
+            best = _join(order[kept], sizes[keep], fills[keep], sub_ids, plan)
             best_packs = len(best.offsets) - 1
     if work > 0 and best_packs > goal:
         waste = packs * capacity - int(np.dot(present, counts)) - capacity
@@ -223,7 +232,7 @@ def _taken_positions(group_start: np.ndarray, taken: np.ndarray) -> np.ndarray:
 
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
 # then as many again around the best of them
-CUT_POINTS = 8
+CUT_POINTS = 6
 
 
 def _cut(
