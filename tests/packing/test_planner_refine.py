@@ -204,7 +204,7 @@ def test_the_patterns_stop_where_best_fit_does_better_on_the_rest(monkeypatch):
     _check(p, a, 4096)
     assert p.num_packs - lb <= 5
     with monkeypatch.context() as m:
-        m.setattr(refine, "_cut", lambda pat_k, *rest: (len(pat_k), rest[-3]))  # every pattern, what it left
+        m.setattr(refine, "_cut", lambda pat_k, *rest: (len(pat_k), rest[5]))  # every pattern, what it left
         every = plan(a, 4096)
     _check(every, a, 4096)
     assert every.num_packs - lb > 5

@@ -1,6 +1,6 @@
-"""bfd's refinement stage: where best fit lands more than LB + max(5, 0.01% LB) packs, try minimum bin slack
-on the length histogram (packing/_refine_kernel.py) for the largest items and best fit for the rest, and
-keep that plan if it has fewer packs (docs/packing.md, "Quality").
+"""bfd's refinement stage: where best fit lands more than LB + max(5, 0.01% LB) packs, re-plan part or all
+of it by minimum bin slack on the length histogram (packing/_refine_kernel.py), as far as that beats best
+fit, and best fit for the rest, and keep that plan if it has fewer packs (docs/packing.md, "Quality").
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
 count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
@@ -116,7 +116,7 @@ def refine(
         sub_present, sub_counts = _histogram(sub)
         n_kept = int(keep.sum())
         plan, spent = _replan(
-            sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit, count, goal - n_kept
+            sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit, count, goal - n_kept, len(a)
         )
         work -= spent
         if plan is not None and n_kept + len(plan.offsets) - 1 < best_packs:
@@ -124,7 +124,7 @@ def refine(
             best_packs = len(best.offsets) - 1
     if work > 0 and best_packs > goal:
         waste = packs * capacity - int(np.dot(present, counts)) - capacity
-        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, best_fit, count, goal)
+        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, best_fit, count, goal, len(a))
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
     return best
@@ -166,11 +166,12 @@ def _replan(
     best_fit: Callable[[np.ndarray], Packing],
     count: Callable[[np.ndarray, np.ndarray], int] | None = None,
     goal: int = 0,
+    n_all: int = 0,
 ) -> tuple[Packing | None, int]:
     """Minimum bin slack patterns, then best fit on what they leave: (the plan of the items of `a`, or None
     where no pattern was applied; the DP cells spent). With `count`, the patterns kept are the first c, c
     chosen for the fewest packs in all, or the first
-    found with at most `goal` (_cut)."""
+    found with at most `goal` (_cut; `n_all`, the items of the whole input, sets how many cut points)."""
     from packcfg.packing import _refine_kernel
     from packcfg.packing.planning.common import sorted_desc
 
@@ -178,7 +179,8 @@ def _replan(
         present, counts, capacity, k_max, waste_budget, work
     )
     if count is not None and len(pat_k):
-        c, left = _cut(pat_k, pat_end, ent_g, ent_n, counts, present, left, count, goal)
+        points = CUT_POINTS_LARGE if n_all >= CUT_LARGE_ITEMS else CUT_POINTS
+        c, left = _cut(pat_k, pat_end, ent_g, ent_n, counts, present, left, count, goal, points)
         pat_k, pat_end = pat_k[:c], pat_end[:c]
         ent_g, ent_n = ent_g[: pat_end[-1] if c else 0], ent_n[: pat_end[-1] if c else 0]
         mbs_packs = int(pat_k.sum())
@@ -233,6 +235,10 @@ def _taken_positions(group_start: np.ndarray, taken: np.ndarray) -> np.ndarray:
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
 # then as many again around the best of them
 CUT_POINTS = 6
+# ... and from this many items, CUT_POINTS_LARGE: a point costs the same (best fit on a histogram), an
+# argsort of the lengths ten times more (1M samples: 600 distinct at 4k +106 with 6 points, +24 with 8)
+CUT_LARGE_ITEMS = 1 << 18
+CUT_POINTS_LARGE = 8
 
 
 def _cut(
@@ -245,12 +251,13 @@ def _cut(
     left: np.ndarray,
     count: Callable[[np.ndarray, np.ndarray], int],
     goal: int,
+    points: int,
 ) -> tuple[int, np.ndarray]:
     """How many of the patterns to keep, and what they leave of each group. Minimum bin slack fills its
     first packs exactly but uses up the small items doing so, and its last patterns then waste more than
     best fit would on what they take: the packs of the first c patterns plus best fit's on the rest, over
     c, dip and rise again (600 distinct lengths at 2k, 64k samples: 122 packs over LB at c = 0, 297 with
-    every pattern, 7 at the best c). The sum is evaluated at CUT_POINTS evenly spaced c and around the best
+    every pattern, 7 at the best c). The sum is evaluated at `points` evenly spaced c and around the best
     of them (best fit on a histogram costs 0.2-0.4 ms at 64k samples), every pattern always among them; the
     search stops at the first c with at most `goal` packs."""
     n_pat = len(pat_k)
@@ -270,8 +277,8 @@ def _cut(
             seen[c] = int(packs_before[c]) + (count(present[keep], rest[keep]) if keep.any() else 0)
         return seen[c]
 
-    step = max(1, -(-n_pat // CUT_POINTS))
-    fine = max(1, step // (CUT_POINTS // 2))
+    step = max(1, -(-n_pat // points))
+    fine = max(1, step // (points // 2))
     best = n_pat
 
     def candidates() -> Iterator[int]:
