@@ -18,8 +18,8 @@ from packcfg.packing.planning.common import Packing
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
 # compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
-# around it about as much again (64k samples: 3-6 ms where it runs, argsort 3 ms); WORK_MIN lets small
-# inputs finish.
+# around it, and the cut search (_cut), about as much again (64k samples: 4-19 ms where it runs, argsort
+# 3-8 ms on the shared box); WORK_MIN lets small inputs finish.
 WORK_PER_ITEM = 256
 WORK_MIN = 5_000_000
 # try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (8 at 2k)
@@ -170,8 +170,8 @@ def _replan(
 ) -> tuple[Packing | None, int]:
     """Minimum bin slack patterns, then best fit on what they leave: (the plan of the items of `a`, or None
     where no pattern was applied; the DP cells spent). With `count`, the patterns kept are the first c, c
-    chosen for the fewest packs in all, or the first
-    found with at most `goal` (_cut; `n_all`, the items of the whole input, sets how many cut points)."""
+    chosen for the fewest packs in all, or the first found with at most `goal` (_cut; `n_all`, the items
+    of the whole input, sets how many cut points)."""
     from packcfg.packing import _refine_kernel
     from packcfg.packing.planning.common import sorted_desc
 
