@@ -19,9 +19,13 @@ from packcfg.packing.planning.common import Packing
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
 # compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
 # around it, and the cut search (_cut), about as much again (64k samples: 4-19 ms where it runs, argsort
-# 3-8 ms on the shared box); WORK_MIN lets small inputs finish.
+# 3-8 ms on the shared box); WORK_MIN lets small inputs finish. Below WORK_FULL_ITEMS items the budget
+# shrinks with the square of the items: there the time bar is the 10 ms floor rather than 3x an argsort,
+# and the cut search costs per distinct length, not per item (999 distinct at 2k, 30k samples: 16.5 ms with
+# 256 cells per item, 6 ms with 3M cells, both +6 packs over LB).
 WORK_PER_ITEM = 256
-WORK_MIN = 5_000_000
+WORK_FULL_ITEMS = 64_000
+WORK_MIN = 3_000_000
 # try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (8 at 2k)
 TIGHT_SHIFT = 8
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
@@ -97,7 +101,7 @@ def refine(
         return packing
     if prepare is not None:
         prepare()
-    work = max(WORK_MIN, WORK_PER_ITEM * len(a))
+    work = max(WORK_MIN, WORK_PER_ITEM * len(a) * min(len(a), WORK_FULL_ITEMS) // WORK_FULL_ITEMS)
     best, best_packs = packing, packs
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
     sizes = np.diff(packing.offsets)
