@@ -232,6 +232,8 @@ def _assign(pat_k, pat_end, ent_g, ent_n, group_start, idx, order, per_pack, fil
     return pos
 
 
+# patterns the stage may apply, per distinct length (a pattern need not use up a group: counts // need)
+PAT_PER_GROUP = 8
 # the bitset DP's stages (sums reachable after each chunk, kept for the way back) hold at most this many words
 STAGE_WORDS = 1 << 22
 
@@ -244,10 +246,11 @@ def patterns(
     values = np.ascontiguousarray(values, dtype=np.int64)
     left = np.array(counts, dtype=np.int64)
     n = len(values)
-    # a pattern exhausts at least one group or ends the stage; each holds at most one entry per group
-    pat_k = np.empty(n + 1, dtype=np.int64)
-    pat_end = np.empty(n + 1, dtype=np.int64)
-    ent_g = np.empty(min(n * (n + 1), 64 * (n + 1)) + 1, dtype=np.int64)  # the stage stops when full
+    # the stage stops when these are full (a pattern holds at most one entry per group)
+    n_pat = PAT_PER_GROUP * (n + 1)
+    pat_k = np.empty(n_pat, dtype=np.int64)
+    pat_end = np.empty(n_pat, dtype=np.int64)
+    ent_g = np.empty(min(n, 64) * n_pat + 1, dtype=np.int64)
     ent_n = np.empty_like(ent_g)
     # the bitset DP's stages: one row of capacity / 64 + 1 words per chunk, at most STAGE_WORDS in all
     n_words = (int(capacity) >> 6) + 1
@@ -293,9 +296,7 @@ def assign(
     packs: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(order, per_pack, fills, taken) of the patterns' packs."""
-    items = int(
-        sum(int(k) * int(ent_n[(pat_end[j - 1] if j else 0) : pat_end[j]].sum()) for j, k in enumerate(pat_k))
-    )
+    items = int(np.dot(np.repeat(pat_k, np.diff(pat_end, prepend=0)), ent_n))
     order = np.empty(items, dtype=np.int64)
     per_pack = np.empty(packs, dtype=np.int64)
     fills = np.empty(packs, dtype=np.int64)

@@ -72,17 +72,18 @@ def test_control_without_the_stage_bfd_misses_the_target(monkeypatch):
 
 @needs_numba
 @pytest.mark.parametrize(
-    ("n", "capacity", "distinct", "gap"),
-    [(20_000, 2048, 63, 0), (20_000, 2048, 300, 0), (30_000, 4096, 63, 0), (20_000, 2048, 600, 5)],
+    ("n", "capacity", "distinct"),
+    [(20_000, 2048, 63), (20_000, 2048, 300), (30_000, 4096, 63), (20_000, 2048, 600)],
 )
-def test_the_stage_reaches_the_target_on_hard_inputs(monkeypatch, budget, n, capacity, distinct, gap):
+def test_the_stage_reaches_the_target_on_hard_inputs(monkeypatch, budget, n, capacity, distinct):
+    """Best fit misses LB + 5 here; the stage lands within it (and stops searching once it does)."""
     a = _few_distinct(n, capacity, distinct)
     before = _bfd_only(a, capacity, monkeypatch)
     p = plan(a, capacity)
     _check(p, a, capacity)
     lb = _lb(a, capacity)
     assert before.num_packs - lb > 5
-    assert p.num_packs - lb == gap <= 5
+    assert p.num_packs - lb <= 5
     again = plan(a, capacity)  # deterministic, byte for byte
     assert np.array_equal(again.offsets, p.offsets) and np.array_equal(again.order, p.order)
     h = plan(a, capacity, "histogram")  # the same plan, built lazily
@@ -151,3 +152,78 @@ def test_l2_bound_counts_the_items_over_half_the_capacity():
     assert refine.l2_bound(np.array([600]), np.array([3]), 1000) == 3
     # the 600s take three packs and leave 1,200 beside them; the 450s and 100s need 1,300: one pack more
     assert refine.l2_bound(np.array([100, 450, 600]), np.array([4, 2, 3]), 1000) == 4
+
+
+_FRESH = """
+import sys
+import numpy as np
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {tests!r})
+from test_planner_refine import _few_distinct
+from packcfg.packing.planner import plan
+a = {lengths}
+plan(a, 2048)
+k = sys.modules.get("packcfg.packing._bfd_kernel")
+print(bool(k is not None and k.loaded()))
+"""
+
+
+def _kernel_loaded_after_one_plan(lengths: str) -> bool:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = _FRESH.format(root=root, tests=str(Path(__file__).parent), lengths=lengths)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PACKCFG_PLANNER_KERNEL", "PACKCFG_PLANNER_REFINE")
+    }
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return out.stdout.strip().splitlines()[-1] == "True"
+
+
+@needs_numba
+def test_where_the_stage_runs_bfds_kernel_is_loaded_with_it():
+    """The stage loads numba for itself; bfd's kernel comes with it, so its best fit on leftovers and later
+    plans take the compiled path. Control: a small input the stage skips plans on the Python path alone."""
+    assert _kernel_loaded_after_one_plan("_few_distinct(20_000, 2048, 300)")
+    assert not _kernel_loaded_after_one_plan(
+        "np.clip(np.random.default_rng(0).lognormal(5, 1, 2_000), 1, 2048).astype(np.int64)"
+    )
+
+
+@needs_numba
+def test_the_patterns_stop_where_best_fit_does_better_on_the_rest(monkeypatch):
+    """Minimum bin slack uses up the small items in its first, exactly full packs; the stage keeps only the
+    first patterns (where the packs in all are fewest) and gives the rest to best fit. Control: keeping
+    every pattern misses the target on the same input (with 5M DP cells, the budget this was measured with)."""
+    monkeypatch.setattr(refine, "WORK_MIN", 5_000_000)
+    a = _few_distinct(20_000, 4096, 600)
+    lb = _lb(a, 4096)
+    p = plan(a, 4096)
+    _check(p, a, 4096)
+    assert p.num_packs - lb <= 5
+    with monkeypatch.context() as m:
+        m.setattr(refine, "_cut", lambda pat_k, *rest: (len(pat_k), rest[5]))  # every pattern, what it left
+        every = plan(a, 4096)
+    _check(every, a, 4096)
+    assert every.num_packs - lb > 5
+    assert _bfd_only(a, 4096, monkeypatch).num_packs - lb > 5
+
+
+@needs_numba
+def test_try_one_re_plans_the_big_item_packs_with_slack(monkeypatch):
+    """Try 1 keeps only best fit's big-item packs that are (nearly) full and re-plans the rest with them.
+    Control: keeping every big-item pack (TIGHT_SHIFT 0: every pack counts as tight) misses the target."""
+    a = _few_distinct(20_000, 2048, 999)
+    lb = _lb(a, 2048)
+    p = plan(a, 2048)
+    _check(p, a, 2048)
+    assert p.num_packs - lb <= 5
+    with monkeypatch.context() as m:
+        m.setattr(refine, "TIGHT_SHIFT", 0)
+        loose = plan(a, 2048)
+    _check(loose, a, 2048)
+    assert loose.num_packs - lb > 5
+    assert p.num_packs <= loose.num_packs <= _bfd_only(a, 2048, monkeypatch).num_packs

@@ -30,6 +30,8 @@ from packcfg.packing.planning.common import Packing, sorted_desc
 #   A process that keeps planning on the Python path also spends the load budget across calls (ski rental,
 #   _python_spent): once Python has cost what the load costs, the kernel loads, so a long-lived process
 #   pays at most twice what the cheaper choice would have.
+# - where the refinement stage runs (planning/refine.py), it loads numba for its own kernel anyway; bfd's
+#   kernel then loads too (20-30 ms more), so the stage's best fit on leftovers and later plans take it.
 # Both paths give the same plan byte for byte, so the choice never changes a plan.
 _KERNEL_MIN_DISTINCT = 64
 _KERNEL_SURE_DISTINCT = 1000
@@ -78,7 +80,10 @@ def load_kernel() -> bool:
 
 def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> Packing:
     """Best-fit decreasing on the length histogram, then, where that lands more than LB + max(5, 0.01% LB)
-    packs, the refinement stage (planning/refine.py), whose plan is kept only if it has fewer packs."""
+    packs, the refinement stage (planning/refine.py), whose plan is kept only if it has fewer packs.
+    The stage loads numba for its own kernel (about 0.5 s of CPU from the cache); it loads bfd's compiled
+    kernel too, which then costs only 20-30 ms more, so the stage's best fit on leftovers and every later
+    plan take the kernel (1-2 ms where the Python path costs 10-20 ms on a few hundred distinct lengths)."""
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
     present, counts = _histogram(a)
     packing = _grouped_best_fit(a, capacity, max_per_pack, present, counts)
@@ -90,7 +95,20 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
         counts,
         packing,
         lambda rest: _grouped_best_fit(rest, capacity, max_per_pack, *_histogram(rest)),
+        load_kernel,
+        lambda values, counts: _count_packs(values, counts, capacity, k_max),
     )
+
+
+def _count_packs(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
+    """Best fit's packs on a histogram (values descending): the kernel where it is loaded."""
+    kernel = sys.modules.get("packcfg.packing._bfd_kernel")
+    if kernel is not None and kernel.loaded() and capacity <= _KERNEL_MAX_CAPACITY:
+        offsets, _, _ = kernel.grouped_best_fit(values, counts, capacity, k_max)
+    else:
+        a = np.repeat(values, counts)
+        offsets = grouped_best_fit_python(a, capacity, k_max, counts, values).offsets  # type: ignore[union-attr]
+    return len(offsets) - 1
 
 
 def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

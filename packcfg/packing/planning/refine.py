@@ -1,6 +1,6 @@
-"""bfd's refinement stage: where best fit lands more than LB + max(5, 0.01% LB) packs, try minimum bin slack
-on the length histogram (packing/_refine_kernel.py) for the largest items and best fit for the rest, and
-keep that plan if it has fewer packs (docs/packing.md, "Quality").
+"""bfd's refinement stage: where best fit lands more than LB + max(5, 0.01% LB) packs, re-plan part or all
+of it by minimum bin slack on the length histogram (packing/_refine_kernel.py), as far as that beats best
+fit, and best fit for the rest, and keep that plan if it has fewer packs (docs/packing.md, "Quality").
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
 count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
@@ -10,7 +10,7 @@ Python would cost seconds) and is skipped without it, or with PACKCFG_PLANNER_RE
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -18,10 +18,16 @@ from packcfg.packing.planning.common import Packing
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
 # compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
-# around it about as much again (64k samples: 3-6 ms where it runs, argsort 3 ms); WORK_MIN lets small
-# inputs finish.
-WORK_PER_ITEM = 128
-WORK_MIN = 5_000_000
+# around it, and the cut search (_cut), about as much again (64k samples: 4-19 ms where it runs, argsort
+# 3-8 ms on the shared box); WORK_MIN lets small inputs finish. Below WORK_FULL_ITEMS items the budget
+# shrinks with the square of the items: there the time bar is the 10 ms floor rather than 3x an argsort,
+# and the cut search costs per distinct length, not per item (999 distinct at 2k, 30k samples: 16.5 ms with
+# 256 cells per item, 6 ms with 3M cells, both +6 packs over LB).
+WORK_PER_ITEM = 256
+WORK_FULL_ITEMS = 64_000
+WORK_MIN = 3_000_000
+# try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (8 at 2k)
+TIGHT_SHIFT = 8
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
 
@@ -70,42 +76,59 @@ def refine(
     counts: np.ndarray,
     packing: Packing,
     best_fit: Callable[[np.ndarray], Packing],
+    prepare: Callable[[], object] | None = None,
+    count: Callable[[np.ndarray, np.ndarray], int] | None = None,
 ) -> Packing:
-    """bfd's plan, or a plan with fewer packs. Two tries, sharing one work budget:
+    """bfd's plan, or a plan with fewer packs. Up to three tries, sharing one work budget, until one lands
+    within LB + max(5, 0.01% LB):
 
-    1. keep bfd's packs that hold an item over capacity / 2 (they need a pack each anyway) and re-plan the
-       items of the others (where best fit leaves slack: homogeneous packs of a frequent length);
-    2. re-plan every item.
+    1. keep bfd's packs that hold an item over capacity / 2 and have at most capacity >> TIGHT_SHIFT tokens
+       of slack (they need a pack each anyway, and little can improve them) and re-plan the other items;
+    2. the same keeping every pack with an item over capacity / 2 (where best fit leaves slack: homogeneous
+       packs of a frequent length);
+    3. re-plan every item.
 
     Re-planning is minimum bin slack on the histogram (a pack starts with the largest item left and is filled
     by a bounded subset sum, the pattern applied to as many packs as the counts allow) until a pattern would
-    waste too much or the budget is spent, then best fit (`best_fit(lengths)`, no refinement) on the rest.
-    The plan with the fewest packs wins; bfd's on a tie."""
+    waste too much or the budget is spent; only its first patterns are kept (_cut), then best fit
+    (`best_fit(lengths)`, no refinement) on the rest.
+    The plan with the fewest packs wins; bfd's on a tie. `prepare` is called once the stage is going to
+    run (bfd loads its compiled best fit there: numba is being loaded for the stage anyway); `count(values,
+    counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop."""
     packs = len(packing.offsets) - 1
-    if capacity > MAX_CAPACITY or packs <= target(present, counts, capacity, k_max) or not enabled():
+    goal = target(present, counts, capacity, k_max)
+    if capacity > MAX_CAPACITY or packs <= goal or not enabled():
         return packing
-    work = max(WORK_MIN, WORK_PER_ITEM * len(a))
+    if prepare is not None:
+        prepare()
+    work = max(WORK_MIN, WORK_PER_ITEM * len(a) * min(len(a), WORK_FULL_ITEMS) // WORK_FULL_ITEMS)
     best, best_packs = packing, packs
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
     sizes = np.diff(packing.offsets)
     big = np.maximum.reduceat(a[order], packing.offsets[:-1]) > capacity // 2
-    if big.any() and not big.all():
-        kept = np.repeat(big, sizes)
+    fills = packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
+    tight = big & (fills >= capacity - max(1, capacity >> TIGHT_SHIFT))
+    for i_try, keep in enumerate((tight, big)):
+        if not keep.any() or keep.all() or work <= 0 or best_packs <= goal:
+            continue
+        if i_try and np.array_equal(keep, tight):
+            continue  # every big-item pack was tight: try 2 would be try 1 again
+        kept = np.repeat(keep, sizes)
         sub_ids = order[~kept]
         sub = a[sub_ids]
-        fills = (
-            packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
-        )
-        waste = int((~big).sum()) * capacity - int(sub.sum()) - capacity  # more could not save a pack
+        waste = int((~keep).sum()) * capacity - int(sub.sum()) - capacity  # more could not save a pack
         sub_present, sub_counts = _histogram(sub)
-        plan, spent = _replan(sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit)
+        n_kept = int(keep.sum())
+        plan, spent = _replan(
+            sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit, count, goal - n_kept, len(a)
+        )
         work -= spent
-        if plan is not None and int(big.sum()) + len(plan.offsets) - 1 < best_packs:
-            best = _join(order[kept], sizes[big], fills[big], sub_ids, plan)
+        if plan is not None and n_kept + len(plan.offsets) - 1 < best_packs:
+            best = _join(order[kept], sizes[keep], fills[keep], sub_ids, plan)
             best_packs = len(best.offsets) - 1
-    if work > 0:
+    if work > 0 and best_packs > goal:
         waste = packs * capacity - int(np.dot(present, counts)) - capacity
-        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, best_fit)
+        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, best_fit, count, goal, len(a))
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
     return best
@@ -145,15 +168,26 @@ def _replan(
     waste_budget: int,
     work: int,
     best_fit: Callable[[np.ndarray], Packing],
+    count: Callable[[np.ndarray, np.ndarray], int] | None = None,
+    goal: int = 0,
+    n_all: int = 0,
 ) -> tuple[Packing | None, int]:
     """Minimum bin slack patterns, then best fit on what they leave: (the plan of the items of `a`, or None
-    where no pattern was applied; the DP cells spent)."""
+    where no pattern was applied; the DP cells spent). With `count`, the patterns kept are the first c, c
+    chosen for the fewest packs in all, or the first found with at most `goal` (_cut; `n_all`, the items
+    of the whole input, sets how many cut points)."""
     from packcfg.packing import _refine_kernel
     from packcfg.packing.planning.common import sorted_desc
 
     pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _, spent = _refine_kernel.patterns(
         present, counts, capacity, k_max, waste_budget, work
     )
+    if count is not None and len(pat_k):
+        points = CUT_POINTS_LARGE if n_all >= CUT_LARGE_ITEMS else CUT_POINTS
+        c, left = _cut(pat_k, pat_end, ent_g, ent_n, counts, present, left, count, goal, points)
+        pat_k, pat_end = pat_k[:c], pat_end[:c]
+        ent_g, ent_n = ent_g[: pat_end[-1] if c else 0], ent_n[: pat_end[-1] if c else 0]
+        mbs_packs = int(pat_k.sum())
     if mbs_packs == 0:
         return None, spent
     # the items left, as best fit sees them: each group's last items, in decreasing-length order
@@ -200,3 +234,65 @@ def _taken_positions(group_start: np.ndarray, taken: np.ndarray) -> np.ndarray:
     first = np.cumsum(taken) - taken
     within = np.arange(total, dtype=np.int64) - np.repeat(first, taken)
     return starts + within
+
+
+# where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
+# then as many again around the best of them
+CUT_POINTS = 6
+# ... and from this many items, CUT_POINTS_LARGE: a point costs the same (best fit on a histogram), an
+# argsort of the lengths ten times more (1M samples: 600 distinct at 4k +106 with 6 points, +24 with 8)
+CUT_LARGE_ITEMS = 1 << 18
+CUT_POINTS_LARGE = 8
+
+
+def _cut(
+    pat_k: np.ndarray,
+    pat_end: np.ndarray,
+    ent_g: np.ndarray,
+    ent_n: np.ndarray,
+    counts: np.ndarray,
+    present: np.ndarray,
+    left: np.ndarray,
+    count: Callable[[np.ndarray, np.ndarray], int],
+    goal: int,
+    points: int,
+) -> tuple[int, np.ndarray]:
+    """How many of the patterns to keep, and what they leave of each group. Minimum bin slack fills its
+    first packs exactly but uses up the small items doing so, and its last patterns then waste more than
+    best fit would on what they take: the packs of the first c patterns plus best fit's on the rest, over
+    c, dip and rise again (600 distinct lengths at 2k, 64k samples: 122 packs over LB at c = 0, 297 with
+    every pattern, 7 at the best c). The sum is evaluated at `points` evenly spaced c and around the best
+    of them (best fit on a histogram costs 0.2-0.4 ms at 64k samples), every pattern always among them; the
+    search stops at the first c with at most `goal` packs."""
+    n_pat = len(pat_k)
+    per_entry = np.repeat(pat_k, np.diff(np.concatenate([[0], pat_end]))) * ent_n
+    packs_before = np.concatenate([[0], np.cumsum(pat_k)])
+    seen: dict[int, int] = {}
+
+    def rest_at(c: int) -> np.ndarray:
+        e = int(pat_end[c - 1]) if c else 0
+        used = np.bincount(ent_g[:e], weights=per_entry[:e], minlength=len(counts))
+        return counts - used.astype(np.int64)
+
+    def total(c: int) -> int:
+        if c not in seen:
+            rest = rest_at(c)
+            keep = rest > 0
+            seen[c] = int(packs_before[c]) + (count(present[keep], rest[keep]) if keep.any() else 0)
+        return seen[c]
+
+    step = max(1, -(-n_pat // points))
+    fine = max(1, step // (points // 2))
+    best = n_pat
+
+    def candidates() -> Iterator[int]:
+        yield from (n_pat, *range(step, n_pat, step))
+        around = best  # the best coarse point, once they are all seen
+        yield from range(max(1, around - step + fine), min(n_pat, around + step), fine)
+
+    for c in candidates():
+        if total(c) < total(best):
+            best = c
+        if total(best) <= goal:
+            break
+    return best, (left if best == n_pat else rest_at(best))
