@@ -522,25 +522,13 @@ def few_distinct_lengths(n: int, capacity: int, distinct: int, seed: int = 7) ->
 
 
 def l2_bound(a: np.ndarray, capacity: int) -> int:
-    """Martello and Toth's L2 lower bound on the packs (>= ceil(sum / capacity)): for every threshold k <=
-    capacity / 2, items over capacity - k each need a pack of their own, items over capacity / 2 too, and
-    items in [k, capacity / 2] need whatever space the second group leaves, and more packs past it.
-    Vectorised over the thresholds with prefix sums over the distinct lengths (ascending)."""
+    """Martello and Toth's L2 lower bound on the packs of lengths `a` (>= ceil(sum / capacity)): the planner's
+    own (packcfg.packing.planning.refine.l2_bound, on the histogram), so that the bench and the refinement
+    stage's target count the same bound."""
+    from packcfg.packing.planning.refine import l2_bound as histogram_l2
+
     values, counts = np.unique(a, return_counts=True)
-    best = -(-int(a.sum()) // capacity)
-    cnt = np.concatenate([[0], np.cumsum(counts)])  # items among the first i distinct lengths
-    vol = np.concatenate([[0], np.cumsum(values * counts)])  # their total length
-    half = capacity / 2
-    ks = np.concatenate([[0], values[values <= capacity // 2]])
-    hi = np.searchsorted(values, half, side="right")  # first index with value > cap / 2
-    j1 = np.searchsorted(values, capacity - ks, side="right")  # first index with value > cap - k
-    lo = np.searchsorted(values, ks, side="left")  # first index with value >= k
-    n12 = cnt[-1] - cnt[hi]
-    n2 = cnt[j1] - cnt[hi]
-    free = n2 * capacity - (vol[j1] - vol[hi])
-    need = (vol[hi] - vol[lo]) - free
-    bound = n12 + np.maximum(0, -(-need // capacity))
-    return max(best, int(bound.max()))
+    return histogram_l2(values, counts, capacity)
 
 
 def real_corpora() -> dict[str, np.ndarray]:

@@ -147,11 +147,60 @@ def test_the_stage_only_runs_above_the_target(monkeypatch):
     assert p.num_packs <= _lb(a, 2048) + 5
 
 
+@needs_numba
+def test_near_continuous_lengths_skip_the_stage(monkeypatch):
+    """Uniform lengths (nearly every value 1..capacity) skip the stage even above the target (it saved no pack
+    there and cost up to 3x an argsort); control: the same count of samples on 600 distinct lengths runs it."""
+    calls = []
+    real = _refine_kernel.patterns
+    monkeypatch.setattr(_refine_kernel, "patterns", lambda *x: calls.append(1) or real(*x))
+    uniform = np.random.default_rng(3).integers(1, 2049, 64_000)
+    p = plan(uniform, 2048)
+    assert not calls and p.num_packs > _lb(uniform, 2048) + 5  # above the target, and the stage did not run
+    plan(_few_distinct(64_000, 2048, 600), 2048)
+    assert calls
+
+
 def test_l2_bound_counts_the_items_over_half_the_capacity():
     # 3 items of 600 at capacity 1000 need 3 packs although their sum fits 2
     assert refine.l2_bound(np.array([600]), np.array([3]), 1000) == 3
     # the 600s take three packs and leave 1,200 beside them; the 450s and 100s need 1,300: one pack more
     assert refine.l2_bound(np.array([100, 450, 600]), np.array([4, 2, 3]), 1000) == 4
+
+
+def _optimum(items: list[int], capacity: int) -> int:
+    """The fewest packs, by dynamic programming over subsets (a handful of items): best[mask] = (packs, fill
+    of the last pack), the classic exact recurrence."""
+    n = len(items)
+    best = [(n + 1, 0)] * (1 << n)
+    best[0] = (1, 0)
+    for mask in range(1 << n):
+        packs, fill = best[mask]
+        for i in range(n):
+            if mask >> i & 1:
+                continue
+            nxt = (packs, fill + items[i]) if fill + items[i] <= capacity else (packs + 1, items[i])
+            best[mask | 1 << i] = min(best[mask | 1 << i], nxt)
+    return best[-1][0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(10, 40), st.lists(st.integers(1, 40), min_size=1, max_size=9))
+def test_l2_bound_is_a_lower_bound_and_at_least_the_sum_bound(capacity, lengths):
+    """The refinement target stands on L2: never above the optimum (exhaustive on small inputs), never below
+    ceil(sum / capacity)."""
+    lengths = [min(x, capacity) for x in lengths]
+    values, counts = np.unique(lengths, return_counts=True)
+    lb = refine.l2_bound(values, counts, capacity)
+    assert -(-sum(lengths) // capacity) <= lb <= _optimum(lengths, capacity)
+
+
+def test_the_optimum_helper_is_exact_where_l2_is_not_tight():
+    # 5 items of 40 at capacity 100: L2 = ceil(200 / 100) = 2, but two 40s per pack leave one: 3 packs
+    assert refine.l2_bound(np.array([40]), np.array([5]), 100) == 2 and _optimum([40] * 5, 100) == 3
+    assert _optimum([60, 40, 50, 50], 100) == 2
+    # items of exactly half the capacity share a pack: an L2 that counted them as "over half" would say 2
+    assert refine.l2_bound(np.array([50]), np.array([2]), 100) == 1 == _optimum([50, 50], 100)
 
 
 _FRESH = """

@@ -30,6 +30,11 @@ WORK_MIN = 3_000_000
 TIGHT_SHIFT = 8
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
+# Lengths that take more than this fraction of the values 1..longest (near-continuous, e.g. uniform) skip the
+# stage: there every remainder has an exact filler, best fit's gap is its tail, and the stage saved no pack on
+# any such input measured (uniform lengths, 64k and 1M samples, 2k-128k) while costing up to 3x an argsort
+# (docs/packing.md, "Quality").
+DENSE_FRACTION = 0.75
 
 
 def enabled() -> bool:
@@ -95,9 +100,11 @@ def refine(
     The plan with the fewest packs wins; bfd's on a tie. `prepare` is called once the stage is going to
     run (bfd loads its compiled best fit there: numba is being loaded for the stage anyway); `count(values,
     counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop."""
+    if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
+        return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
     packs = len(packing.offsets) - 1
     goal = target(present, counts, capacity, k_max)
-    if capacity > MAX_CAPACITY or packs <= goal or not enabled():
+    if packs <= goal or not enabled():
         return packing
     if prepare is not None:
         prepare()
