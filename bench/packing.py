@@ -740,11 +740,12 @@ def ratio_workloads(sizes: tuple[int, ...]) -> list[tuple[str, int, np.ndarray]]
     return out
 
 
-def ratio_table(sizes: tuple[int, ...], cold: bool = True) -> None:
+def ratio_table(sizes: tuple[int, ...], cold: bool = True, only: tuple[str, ...] = ()) -> None:
     """bfd against one NumPy argsort of the same lengths on every distribution and capacity: warm (kernel
     loaded), on the pure-Python path (what runs without numba, and cold below 1,000 distinct lengths), and
     cold in a fresh process (the first plan(); numba's import and cache load, where the kernel ran, shown
-    apart); packs against the target LB + max(5, 0.01%)."""
+    apart); packs against the target LB + max(5, 0.01%). `only`: the distributions whose name starts with one of
+    these (all when empty)."""
     from packcfg.packing import _bfd_kernel
     from packcfg.packing.planning import best_fit
 
@@ -773,7 +774,7 @@ def ratio_table(sizes: tuple[int, ...], cold: bool = True) -> None:
     root = str(Path(__file__).resolve().parents[1])
     worst: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="packcfg-ratio-") as tmp:
-        for name, cap, a in ratio_workloads(sizes):
+        for name, cap, a in [w for w in ratio_workloads(sizes) if not only or w[0].startswith(only)]:
             t_sort = _median(lambda a=a: np.argsort(a), 5)
             t_bfd = _median(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
             p = plan(a, cap, "bfd")
@@ -866,6 +867,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--ratio-n", default="64000,1000000", help="sample counts for --ratio-only")
     ap.add_argument("--no-cold", action="store_true", help="--ratio-only without the fresh-process runs")
+    ap.add_argument(
+        "--ratio-dists",
+        default="",
+        help="--ratio-only: only these distributions (name prefixes, comma-separated)",
+    )
     ap.add_argument("--with-python", action="store_true", help="long rows: also time bfd's pure-Python path")
     ap.add_argument(
         "--repeat", type=int, default=3, help="end-to-end runs per step (the table shows the min)"
@@ -886,7 +892,8 @@ def main(argv: list[str] | None = None) -> int:
         few_distinct_table((30_000, 64_000))
         return 0
     if args.ratio_only:
-        ratio_table(tuple(int(x) for x in args.ratio_n.split(",")), cold=not args.no_cold)
+        only = tuple(d.strip() for d in args.ratio_dists.split(",") if d.strip())
+        ratio_table(tuple(int(x) for x in args.ratio_n.split(",")), cold=not args.no_cold, only=only)
         return 0
     if not args.e2e_only:
         quality_table(n, args.skip_slow)
