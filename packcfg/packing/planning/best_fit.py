@@ -113,11 +113,12 @@ def _count_packs(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: i
 
 def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct lengths, descending (the order sorted_desc gives), and how many items have each."""
-    if int(a.max()) <= max(8 * len(a), 1 << 22):
+    if int(a.max()) <= 16 * len(a):
         hist = np.bincount(a)
         present = np.flatnonzero(hist)[::-1]
         return present, hist[present]
-    # lengths far above the item count: a histogram would be huge and nearly empty
+    # lengths far above the item count: a histogram would be large and nearly empty, and a sort of the few
+    # items costs less (5,000 samples up to 128k long: 0.7 ms for the histogram's bincount and scan, 0.35 ms)
     present, counts = np.unique(a, return_counts=True)
     return present[::-1], counts[::-1]
 

@@ -103,6 +103,9 @@ def refine(
     if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
         return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
     packs = len(packing.offsets) - 1
+    volume = -(-int(np.dot(present, counts)) // capacity)  # LB >= this, so the target is at least as high
+    if packs <= volume + max(5, volume // 10_000):
+        return packing  # within the target whatever L2 says (most inputs: no L2 to compute)
     goal = target(present, counts, capacity, k_max)
     if packs <= goal or not enabled():
         return packing
