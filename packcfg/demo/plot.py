@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from packcfg.core import svg
+
 
 def pack_fills(packed_file: Path, pack_size: int) -> np.ndarray:
     """Fill of every pack in a packed Parquet, as a fraction of `pack_size`: runtime tokens (each sample
@@ -34,7 +36,6 @@ def render_svg(
     throughput panel leads with the strongest honest baseline, length-grouped padding (its speedup in the
     title, its bar next to packed); the padded run (every row padded to seq_length, or to each
     micro-batch's longest sample) comes second, labelled as the worst case."""
-    from packcfg.core import svg
     from packcfg.packing.report import pack_fill_panel
 
     def curve(rows: Sequence[dict[str, Any]]) -> tuple[list[float], list[float]]:
@@ -73,7 +74,7 @@ def throughput_bars(train: Mapping[str, Any]) -> tuple[list[str], list[float], l
             train["length_grouped"]["tokens_per_s"],
             train["padded"]["tokens_per_s"],
         ],
-        ["#4C72B0", "#DD8452", "#C44E52"],  # packcfg.core.svg.PALETTE's blue, orange, red
+        [svg.PALETTE["blue"], svg.PALETTE["orange"], svg.PALETTE["red"]],
     )
 
 

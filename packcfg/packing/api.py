@@ -154,10 +154,13 @@ def settings_from_config(
     # the packing section under the name the file gives it: Bridge >= 0.6 `offline_packing_specs`, or the
     # older `packed_sequence_specs` (the newer wins where both are set, as packcfg.core.normalize reads them),
     # so that messages name the user's own keys
+    from packcfg.core.normalize import LEGACY_SPECS, SPECS
+
     dataset = _get(config, "dataset", {})
-    legacy = isinstance(dataset, Mapping) and "packed_sequence_specs" in dataset
-    specs_at = "dataset.packed_sequence_specs" if legacy and "offline_packing_specs" not in dataset else None
-    specs_at = specs_at or "dataset.offline_packing_specs"
+    section = SPECS[1]
+    if isinstance(dataset, Mapping) and LEGACY_SPECS[1] in dataset and section not in dataset:
+        section = LEGACY_SPECS[1]
+    specs_at = f"dataset.{section}"
     specs = _get(config, specs_at, {}) or {}
     if not isinstance(specs, Mapping):
         raise PackingError(f"config {specs_at}: expected a mapping, got {specs!r}")

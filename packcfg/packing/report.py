@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from packcfg.core.atomic import atomic_path
 from packcfg.packing.planner import PackPlan
+
+if TYPE_CHECKING:
+    from packcfg.core.svg import Panel
 
 
 def _fmt_int(v: int) -> str:
@@ -133,8 +136,8 @@ def write_plot(
         tmp.write_text(doc, encoding="utf-8")
 
 
-def pack_fill_panel(fills_percent: np.ndarray, title: str, xlabel: str) -> Any:
-    """The pack-fill histogram (an `svg.Panel`) of `analyze --plot` and the demo: 2% bins on a log axis, so
+def pack_fill_panel(fills_percent: np.ndarray, title: str, xlabel: str) -> Panel:
+    """The pack-fill histogram of `analyze --plot` and the demo: 2% bins on a log axis, so
     that a handful of underfilled packs stays visible next to thousands of full ones."""
     from packcfg.core import svg
 

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from packcfg.packing.planning import refine
-from packcfg.packing.planning.common import Packing, sorted_desc
+from packcfg.packing.planning.common import Packing, length_histogram, sorted_desc
 
 # Which path plans bfd/histogram follows measured cost (docs/packing.md, "The bfd kernel"):
 # - below _KERNEL_MIN_DISTINCT distinct lengths the Python path runs: it costs well under a millisecond
@@ -85,7 +85,7 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
     kernel too, which then costs only 20-30 ms more, so the stage's best fit on leftovers and every later
     plan take the kernel (1-2 ms where the Python path costs 10-20 ms on a few hundred distinct lengths)."""
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
-    present, counts = _histogram(a)
+    present, counts = length_histogram(a)
     packing = _grouped_best_fit(a, capacity, max_per_pack, present, counts)
     return refine.refine(
         a,
@@ -94,7 +94,7 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
         present,
         counts,
         packing,
-        lambda rest: _grouped_best_fit(rest, capacity, max_per_pack, *_histogram(rest)),
+        lambda rest: _grouped_best_fit(rest, capacity, max_per_pack, *length_histogram(rest)),
         load_kernel,
         lambda values, counts: _count_packs(values, counts, capacity, k_max),
     )
@@ -109,18 +109,6 @@ def _count_packs(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: i
         a = np.repeat(values, counts)
         offsets = grouped_best_fit_python(a, capacity, k_max, counts, values).offsets  # type: ignore[union-attr]
     return len(offsets) - 1
-
-
-def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct lengths, descending (the order sorted_desc gives), and how many items have each."""
-    if int(a.max()) <= 16 * len(a):
-        hist = np.bincount(a)
-        present = np.flatnonzero(hist)[::-1]
-        return present, hist[present]
-    # lengths far above the item count: a histogram would be large and nearly empty, and a sort of the few
-    # items costs less (5,000 samples up to 128k long: 0.7 ms for the histogram's bincount and scan, 0.35 ms)
-    present, counts = np.unique(a, return_counts=True)
-    return present[::-1], counts[::-1]
 
 
 def _grouped_best_fit(

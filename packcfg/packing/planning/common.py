@@ -1,5 +1,5 @@
-"""What every planning algorithm shares: its result (`Packing`, in CSR form), the planner's error, and the
-decreasing-length item order."""
+"""What every planning algorithm shares: its result (`Packing`, in CSR form), the planner's error, the
+decreasing-length item order and the length histogram."""
 
 from __future__ import annotations
 
@@ -35,3 +35,15 @@ def sorted_desc(a: np.ndarray) -> np.ndarray:
     top = int(a.max()) if len(a) else 0
     key = (top - a).astype(np.uint16 if top < 2**16 else np.int64)
     return np.argsort(key, kind="stable")
+
+
+def length_histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct lengths, descending (the order sorted_desc gives), and how many items have each."""
+    if int(a.max()) <= 16 * len(a):
+        hist = np.bincount(a)
+        present = np.flatnonzero(hist)[::-1]
+        return present, hist[present]
+    # lengths far above the item count: a histogram would be large and nearly empty, and a sort of the few
+    # items costs less (5,000 samples up to 128k long: 0.7 ms for the histogram's bincount and scan, 0.35 ms)
+    present, counts = np.unique(a, return_counts=True)
+    return present[::-1], counts[::-1]

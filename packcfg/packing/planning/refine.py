@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from packcfg.packing.planning.common import Packing
+from packcfg.packing.planning.common import Packing, length_histogram
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
 # compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
@@ -127,7 +127,7 @@ def refine(
         sub_ids = order[~kept]
         sub = a[sub_ids]
         waste = int((~keep).sum()) * capacity - int(sub.sum()) - capacity  # more could not save a pack
-        sub_present, sub_counts = _histogram(sub)
+        sub_present, sub_counts = length_histogram(sub)
         n_kept = int(keep.sum())
         plan, spent = _replan(
             sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit, count, goal - n_kept, len(a)
@@ -142,14 +142,6 @@ def refine(
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
     return best
-
-
-def _histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct lengths, descending, and their counts (a bincount: lengths are at most the capacity, which
-    the stage keeps to 2**20)."""
-    hist = np.bincount(a)
-    present = np.flatnonzero(hist)[::-1]
-    return present, hist[present]
 
 
 def _join(

@@ -665,18 +665,14 @@ def iter_text_jsonl(
             pool = _worker_pool(tok, joint)
         except (OSError, ImportError):  # no process support here (no /dev/shm for its locks): threads
             pool = None
-    if pool is None:
-        try:
-            yield from threads.ordered_map(
-                lambda chunk: _text_batch(tok, chunk, joint), rows, TOKENIZE_WORKERS
-            )
-        except FastPathMismatch as exc:
-            raise PackingError(f"{path}:{exc.lineno}: {exc.WHAT}") from None
-        return
     from concurrent.futures.process import BrokenProcessPool
 
+    if pool is None:
+        batches = threads.ordered_map(lambda chunk: _text_batch(tok, chunk, joint), rows, TOKENIZE_WORKERS)
+    else:
+        batches = threads.ordered_map(_worker_batch, rows, TOKENIZE_WORKERS, 2 * TOKENIZE_WORKERS, pool)
     try:
-        yield from threads.ordered_map(_worker_batch, rows, TOKENIZE_WORKERS, 2 * TOKENIZE_WORKERS, pool)
+        yield from batches
     except BrokenProcessPool as exc:
         raise PackingError(f"{path}: a tokenizing worker process failed ({exc})") from None
     except FastPathMismatch as exc:
