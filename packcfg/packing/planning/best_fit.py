@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from packcfg.packing.planning import refine
-from packcfg.packing.planning.common import Packing, length_histogram, sorted_desc
+from packcfg.packing.planning.common import Packing, concat_ranges, length_histogram, sorted_desc
 
 # Which path plans bfd/histogram follows measured cost (docs/packing.md, "The bfd kernel"):
 # - below _KERNEL_MIN_DISTINCT distinct lengths the Python path runs: it costs well under a millisecond
@@ -271,7 +271,7 @@ def grouped_best_fit_python(
     rec_q = np.asarray(ev_q, dtype=np.int64)
     rec_s = np.asarray(ev_s, dtype=np.int64)
     rec_m = np.asarray(ev_e, dtype=np.int64) - rec_s
-    packs = _expand_ranges(rec_s, rec_m)  # every pack of every record, record after record
+    packs = concat_ranges(rec_s, rec_m)  # every pack of every record, record after record
     q_of = np.repeat(rec_q, rec_m)
     len_of = np.repeat(present[np.asarray(ev_g, dtype=np.int64)], rec_m)
     per_pack = np.zeros(next_id, dtype=np.int64)
@@ -285,18 +285,6 @@ def grouped_best_fit_python(
 
 # a level key r * _K_SPAN + k sorts as (r, k) while k < _K_SPAN (item counts stay far below it)
 _K_SPAN = 1 << 40
-
-
-def _expand_ranges(start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """The concatenation of arange(start[i], start[i] + length[i]) over i (every length >= 1)."""
-    total = int(length.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    step = np.ones(total, dtype=np.int64)
-    first = np.cumsum(length) - length  # where each range begins in the output
-    step[first[0]] = start[0]
-    step[first[1:]] = start[1:] - (start[:-1] + length[:-1] - 1)
-    return np.cumsum(step)
 
 
 def _materialise(a: np.ndarray, packs: np.ndarray, q_of: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """What every planning algorithm shares: its result (`Packing`, in CSR form), the planner's error, the
-decreasing-length item order and the length histogram."""
+decreasing-length item order, the length histogram and runs of ids."""
 
 from __future__ import annotations
 
@@ -47,3 +47,12 @@ def length_histogram(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # items costs less (5,000 samples up to 128k long: 0.7 ms for the histogram's bincount and scan, 0.35 ms)
     present, counts = np.unique(a, return_counts=True)
     return present[::-1], counts[::-1]
+
+
+def concat_ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """start[0], ..., start[0] + count[0] - 1, start[1], ...: the ranges arange(start[i], start[i] + count[i])
+    end to end (a count may be 0)."""
+    before = np.zeros(len(count), dtype=np.int64)
+    np.cumsum(count[:-1], out=before[1:])
+    total = int(before[-1] + count[-1]) if len(count) else 0
+    return np.repeat(start - before, count) + np.arange(total, dtype=np.int64)

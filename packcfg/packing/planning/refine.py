@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from packcfg.packing.planning.common import Packing, length_histogram
+from packcfg.packing.planning.common import Packing, concat_ranges, length_histogram, sorted_desc
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
 # compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
@@ -179,7 +179,6 @@ def _replan(
     chosen for the fewest packs in all, or the first found with at most `goal` (_cut; `n_all`, the items
     of the whole input, sets how many cut points)."""
     from packcfg.packing import _refine_kernel
-    from packcfg.packing.planning.common import sorted_desc
 
     pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _, spent = _refine_kernel.patterns(
         present, counts, capacity, k_max, waste_budget, work
@@ -206,7 +205,7 @@ def _replan(
             return order
         # the items no pattern took: positions group_start[g] + taken[g] .. group_start[g + 1]
         keep = np.ones(len(a), dtype=bool)
-        keep[_taken_positions(group_start, taken)] = False
+        keep[concat_ranges(group_start[:-1], taken)] = False
         rest_ids = idx[keep]  # decreasing length, ties by id: what sorted_desc of the rest lengths gives
         rest_order = rest.order if rest.order is not None else rest.build()  # type: ignore[misc]
         return np.concatenate([order, rest_ids[rest_order]])
@@ -225,17 +224,6 @@ def _replan(
     offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
     np.cumsum(per_pack, out=offsets[1:])
     return Packing(offsets, fills=fills, build=build), spent
-
-
-def _taken_positions(group_start: np.ndarray, taken: np.ndarray) -> np.ndarray:
-    """Positions group_start[g] .. group_start[g] + taken[g] for every group, concatenated."""
-    total = int(taken.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.repeat(group_start[:-1], taken)
-    first = np.cumsum(taken) - taken
-    within = np.arange(total, dtype=np.int64) - np.repeat(first, taken)
-    return starts + within
 
 
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,

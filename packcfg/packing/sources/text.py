@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from packcfg.packing.errors import PackingError
+from packcfg.packing.planning.common import concat_ranges
 from packcfg.packing.sources import threads
 from packcfg.packing.sources.batch import Batch, label_mask_from_answer_start
 from packcfg.packing.sources.jsonl import jsonl_text_lines, parse_line
@@ -258,13 +259,6 @@ class _Tables:
         return max(len(self.words), len(self.pieces))
 
 
-def _ragged(start: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """The indices start[0], ..., start[0] + count[0] - 1, start[1], ...: runs gathered end to end."""
-    before = np.zeros(len(count), dtype=np.int64)
-    np.cumsum(count[:-1], out=before[1:])
-    return np.repeat(start - before, count) + np.arange(int(before[-1] + count[-1]) if len(count) else 0)
-
-
 @dataclass(eq=False)
 class _Encoded:
     """The ids of n samples, flat: sample j is `lens[j]` ids (no EOS), the first `ctx_len[j]` of them its
@@ -422,7 +416,7 @@ class _AsciiWords:
         if len(counts) and counts.max() == 1:  # one id a key (large vocabularies, mostly)
             flat = ids[start[numbers]]
         else:
-            flat = ids[_ragged(start[numbers], counts)]
+            flat = ids[concat_ranges(start[numbers], counts)]
         seps = np.flatnonzero(flat < 0)
         if len(seps) != 2 * n:  # pragma: no cover - every _SEP is a key (or starts one) of its own
             raise AssertionError(f"{len(seps)} separators in {n} samples")
