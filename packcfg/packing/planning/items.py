@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from packcfg.packing.planning.common import PlanError
+from packcfg.packing.planning.common import PlanError, concat_ranges
 
 
 def positive_int(value: Any, name: str) -> int:
@@ -82,8 +82,7 @@ def apply_oversize(
     pieces = np.where(too_long, -(-raw // usable), 1)
     over["split_pieces"] = int(pieces[too_long].sum())
     item_sample = np.repeat(ids, pieces)
-    first_item = np.cumsum(pieces) - pieces
-    piece_no = np.arange(len(item_sample), dtype=np.int64) - np.repeat(first_item, pieces)
+    piece_no = concat_ranges(zeros, pieces)  # 0, 1, ... within each sample
     item_start = piece_no * usable
     item_length = np.where(
         np.repeat(too_long, pieces), np.minimum(usable, raw[item_sample] - item_start), raw[item_sample]
