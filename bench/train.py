@@ -33,6 +33,7 @@ Prints tables; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -198,6 +199,10 @@ def throughput_table(args: argparse.Namespace) -> list[Row]:
         for _ in range(args.rounds):  # interleaved, so a burst of load hits every layout alike
             for name, batches in layouts.items():
                 best[name] = min(best[name], run_layout(trainer, batches))
+        if args.profile and DEVICE.type == "cuda" and mix == args.mixes[0]:
+            for name, batches in layouts.items():
+                if name.startswith("packed") or "MBS 4" not in name or "grouped" in name:
+                    kernel_profile(trainer, name, batches)
         flops = model_flops(settings, [int(n) for n in lengths])
         for name, batches in layouts.items():
             real = sum(b.real_tokens for b in batches)
@@ -205,6 +210,55 @@ def throughput_table(args: argparse.Namespace) -> list[Row]:
             rows.append(Row(mix, name, len(batches), real, computed, best[name], flops))
         del layouts
     return rows
+
+
+KERNEL_KINDS = (  # first match wins; names of cuBLAS/CUTLASS/flash/triton kernels on Hopper
+    ("attention", re.compile(r"flash|fmha|attention|varlen", re.I)),
+    ("matmul", re.compile(r"gemm|cutlass|xmma|nvjet|cublas|sm90_|sm80_", re.I)),
+    ("cross-entropy / softmax", re.compile(r"softmax|cross_entropy|nll|log_softmax|logsumexp", re.I)),
+    ("optimizer", re.compile(r"adam|multi_tensor|foreach", re.I)),
+    ("copies / casts", re.compile(r"copy|cat|index|gather|scatter|repeat|fill|zero", re.I)),
+    ("other elementwise / reductions", re.compile(r".")),
+)
+
+
+def kernel_profile(trainer: Trainer, name: str, batches: list[MicroBatch]) -> None:
+    """One step under torch.profiler: GPU time by kind of kernel, kernel count, and the share of the
+    step's wall-clock the GPU was busy (launch-bound steps leave it idle). Diagnostics, printed only."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        trainer.step(batches)
+        sync()
+        wall = time.perf_counter() - t0
+    kinds: dict[str, float] = dict.fromkeys(k for k, _ in KERNEL_KINDS)
+    top: dict[str, float] = {}
+    count = 0
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = event.time_range.elapsed_us()
+        count += 1
+        kind = next(k for k, pattern in KERNEL_KINDS if pattern.search(event.name))
+        kinds[kind] = (kinds[kind] or 0.0) + us
+        top[event.name] = top.get(event.name, 0.0) + us
+    busy = sum(v or 0.0 for v in kinds.values()) or float("nan")
+    real = sum(b.real_tokens for b in batches)
+    computed = sum(b.padded_tokens for b in batches)
+    print(
+        f"\n### Kernels, one step: {name} ({len(batches)} micro-batches, {real:,} real / {computed:,} computed "
+        f"tokens): wall {wall * 1e3:.1f} ms (profiled), GPU busy {busy / 1e3:.1f} ms ({busy / 1e3 / (wall * 1e3):.0%}), "
+        f"{count:,} kernels"
+    )
+    print("| kind | GPU ms | share | us per 1k computed tokens |")
+    print("|---|---|---|---|")
+    for kind, us in kinds.items():
+        if us:
+            print(f"| {kind} | {us / 1e3:.1f} | {us / busy:.0%} | {us / computed * 1e3:.1f} |")
+    for kernel, us in sorted(top.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"- {us / 1e3:7.1f} ms  {kernel[:110]}")
 
 
 def peak_flops() -> float | None:
@@ -437,6 +491,11 @@ def main() -> None:
         "--profiles", action=argparse.BooleanOptionalAction, default=True, help="RoPE/attention tables"
     )
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="CUDA: GPU time by kind of kernel, one step per layout (first mix)",
+    )
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
     args = parser.parse_args()
     global CLOCK, DEVICE

@@ -52,7 +52,12 @@ print(f"- Python {platform.python_version()}, torch {torch.__version__} (CUDA {t
       f"megatron-core {v('megatron-core')}, transformer-engine {v('transformer-engine')}, flash-attn {v('flash-attn')}")
 fused = [m for m in varlen.FUSED_METHODS if varlen.available(m)]
 print(f"- fused varlen attention available: {', '.join(fused) or 'none'}")
+found = varlen._torch_varlen()
+if found:
+    print(f"- torch varlen_attn keywords: {', '.join(sorted(found[1] - {'query', 'key', 'value'}))}")
 PY
+# probe: does the flash kernel under varlen_attn take key/value groups as they are (GQA, no repeat)?
+"$PY" scripts/gpu_probe_gqa.py >>"$report" 2>&1 || say "- GQA probe failed (exit $?)"
 
 # ---- every test that exercises torch (tests/train, tests/demo); multi-rank ones skip on one GPU
 say ""
@@ -93,7 +98,14 @@ cat "$out/bench.log" >>"$report"
 say ""
 [ "${SKIP_TINY_BENCH:-0}" = 1 ] || timeout 60 "$PY" bench/train.py --preset tiny --no-profiles --rounds 2 --samples 64 >"$out/bench_tiny.log" 2>&1 ||
   say "(bench/train.py --preset tiny stopped: exit $?)"
-cat "$out/bench_tiny.log" >>"$report"
+[ -f "$out/bench_tiny.log" ] && cat "$out/bench_tiny.log" >>"$report"
+
+# ---- packcfg plan's memory estimate against the executor's measured peak (three tiny shapes)
+say ""
+say "## packcfg plan: estimated vs measured peak memory (bench/plan.py --memory)"
+say '```'
+timeout "${PLAN_TIMEOUT_S:-120}" "$PY" bench/plan.py --memory 2>&1 | grep -v '^USDT' | tail -8 | tee -a "$report" >/dev/null
+say '```'
 
 say ""
 say "(gpu_check.sh: $(( $(date +%s) - started )) s in all)"
