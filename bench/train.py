@@ -36,7 +36,7 @@ import argparse
 import re
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 warnings.filterwarnings("ignore")
@@ -167,11 +167,12 @@ class Trainer:
             self.master.master_to_model()
 
 
-def throughput_table(args: argparse.Namespace) -> list[Row]:
-    rows = []
+def throughput_tables(args: argparse.Namespace) -> Iterator[list[Row]]:
+    """One table's rows per length mix, as each is measured (a run stopped by a timeout keeps the first)."""
     settings = TrainSettings.from_config(bench_config(args.preset, args.seq_length))
     trainer = Trainer(settings)
     for mix in args.mixes:
+        rows = []
         rng = np.random.default_rng(0)
         lengths = length_mix(mix, args.samples, args.seq_length, rng)
         samples = make_samples(lengths, settings.model.vocab_size, rng)
@@ -209,7 +210,7 @@ def throughput_table(args: argparse.Namespace) -> list[Row]:
             computed = sum(b.padded_tokens for b in batches)
             rows.append(Row(mix, name, len(batches), real, computed, best[name], flops))
         del layouts
-    return rows
+        yield rows
 
 
 KERNEL_KINDS = (  # first match wins; names of cuBLAS/CUTLASS/flash/triton kernels on Hopper
@@ -518,7 +519,8 @@ def main() -> None:
         f"seq_length {args.seq_length}"
     )
     with distributed():
-        print_throughput(throughput_table(args), args)
+        for rows in throughput_tables(args):
+            print_throughput(rows, args)
         if args.profiles:
             if cuda:
                 gpu_attention_profile()

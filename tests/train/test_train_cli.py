@@ -158,6 +158,7 @@ def test_out_keeps_a_packed_path_named_on_the_command_line(tmp_path):
 def test_deprecated_output_dir_is_warned_once_across_the_ranks(tmp_path):
     """`--output-dir` still works (issue 24: `--out` is the one spelling) and is warned once, by the user's
     process: the two torchrun ranks it starts parse the same command without repeating the line."""
+    skip_unless_one_gpu_per_rank(2)
     proc = cli(tmp_path, "train.train_iters=1", "checkpoint.save_interval=1", "--output-dir", "elsewhere")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("is deprecated") == 1, proc.stderr

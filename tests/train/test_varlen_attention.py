@@ -107,6 +107,27 @@ def test_fp32_call_takes_the_loop_even_when_a_fused_method_was_chosen():
     assert torch.equal(fused, loop)
 
 
+@needs_cuda
+def test_key_value_groups_as_they_are_equal_repeated_groups(monkeypatch):
+    """torch releases whose varlen_attn lacks enable_gqa: grouped keys/values go to the aten flash kernels
+    as they are (GroupedFlashVarlen), with the outputs and gradients of the groups repeated per head."""
+    if varlen._torch_varlen() is None or not varlen._aten_flash_varlen():
+        pytest.skip("torch varlen_attn or the aten flash kernels are absent here")
+    fn, params = varlen._torch_varlen()
+    q, k, v, thd = _pack(torch.bfloat16)
+    real = thd.cu_seqlens_list[-2]
+    grouped_calls: list[int] = []
+    apply = varlen.GroupedFlashVarlen.apply
+    monkeypatch.setattr(varlen.GroupedFlashVarlen, "apply", lambda *a: grouped_calls.append(1) or apply(*a))
+    monkeypatch.setattr(varlen, "_torch_varlen", lambda: (fn, params - {"enable_gqa"}))
+    grouped = _outputs_and_grads("torch_varlen", q, k, v, thd, real)
+    assert grouped_calls, "grouped keys/values did not reach GroupedFlashVarlen"
+    monkeypatch.setattr(varlen, "_aten_flash_varlen", lambda: False)  # the repeat-per-head fallback
+    repeated = _outputs_and_grads("torch_varlen", q, k, v, thd, real)
+    for a, b in zip(grouped, repeated, strict=True):
+        assert _relative(a, b) < 1e-2
+
+
 # ---- any machine: the adapter, the choice, the refusals
 
 
