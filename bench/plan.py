@@ -152,7 +152,10 @@ def measure_memory() -> int:
     print(f"{'case':<24} {'estimate GiB':>12} {'measured GiB':>12} {'meas/est':>8}  parts (GiB)")
     for name, overrides in MEMORY_CASES.items():
         with tempfile.TemporaryDirectory(prefix="packcfg-bench-plan-") as tmp:
-            cfg = load_config([REPO / "recipes/tiny_cpu_sft.yaml"], [*overrides, "train.train_iters=3"])
+            cfg = load_config(
+                [REPO / "recipes/tiny_cpu_sft.yaml"],
+                [*overrides, "train.train_iters=3", "checkpoint.save_interval=0"],
+            )
             shape = shape_from_config(cfg)
             specs = cfg["dataset"]["offline_packing_specs"]
             layout = Layout(
