@@ -42,7 +42,7 @@ from packcfg.train.checkpoint_files import (
 )
 from packcfg.train.dist_reader import checked_load_strategy, read_metadata, tensors_only
 from packcfg.train.mcore_compat import cpu_checkpointing
-from packcfg.train.optim import LrSchedule, MasterWeights
+from packcfg.train.optim import LrSchedule, MasterWeights, adam_step
 from packcfg.train.parallel import Layout, barrier
 from packcfg.train.run_folder import LATEST, CheckpointError, read_latest
 
@@ -288,7 +288,7 @@ def load_dist_checkpoint(
         slot = optimizer.state[p]
         for moment in ("exp_avg", "exp_avg_sq"):
             slot[moment].copy_(loaded["optimizer"][moment][name])
-        slot["step"] = torch.tensor(float(common["adam_step"][name]))
+        slot["step"] = adam_step(optimizer, p, common["adam_step"][name])
     if master is not None:
         if "master" not in loaded:
             raise CheckpointError(
