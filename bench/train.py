@@ -147,7 +147,7 @@ class Trainer:
     """The executor's step as `packcfg train` runs it: bf16 model with fp32 master weights when the preset
     is bf16 (packcfg.train.loop), AdamW, the global per-token loss over the micro-batches."""
 
-    def __init__(self, settings) -> None:
+    def __init__(self, settings, adamw: str = "auto") -> None:
         self.model = build_model(settings.model, seed=0)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.master = None
@@ -155,7 +155,8 @@ class Trainer:
             self.model.bfloat16()
             self.master = MasterWeights(params, grad_reduce_in_fp32=True)
             params = self.master.master_params
-        self.optimizer = build_optimizer(self.model, settings.optim, params)
+        fused = {"auto": None, "fused": True, "single": False}[adamw]
+        self.optimizer = build_optimizer(self.model, settings.optim, params, fused=fused)
 
     def step(self, batches: list[MicroBatch]) -> None:
         self.model.zero_grad(set_to_none=False)
@@ -170,7 +171,7 @@ class Trainer:
 def throughput_tables(args: argparse.Namespace) -> Iterator[list[Row]]:
     """One table's rows per length mix, as each is measured (a run stopped by a timeout keeps the first)."""
     settings = TrainSettings.from_config(bench_config(args.preset, args.seq_length))
-    trainer = Trainer(settings)
+    trainer = Trainer(settings, args.adamw)
     for mix in args.mixes:
         rows = []
         rng = np.random.default_rng(0)
@@ -492,6 +493,12 @@ def main() -> None:
         "--profiles", action=argparse.BooleanOptionalAction, default=True, help="RoPE/attention tables"
     )
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--adamw",
+        choices=["auto", "fused", "single"],
+        default="auto",
+        help="AdamW kernel: auto (the executor's: fused on CUDA), fused, or single-tensor (the baseline)",
+    )
     parser.add_argument(
         "--profile",
         action="store_true",
