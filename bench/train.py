@@ -307,7 +307,8 @@ def print_throughput(rows: list[Row], args: argparse.Namespace) -> None:
                 f"- {p.layout}: {grouped.seconds / p.seconds:.2f}x the real tokens/s of length-grouped padding "
                 f"({1 - grouped.real / grouped.computed:.0%} padding), {full.seconds / p.seconds:.2f}x that of "
                 f"padding to seq_length ({1 - full.real / full.computed:.0%}); per token it keeps "
-                f"{rate / (worst.computed / worst.seconds):.2f} of the fastest padded layout's computed rate ({worst.layout})"
+                f"{rate / (worst.computed / worst.seconds):.3f} of the fastest padded layout's computed rate ({worst.layout}; "
+                f"goal 0.95: {'met' if rate / (worst.computed / worst.seconds) >= 0.95 else 'missed'})"
             )
 
 
