@@ -168,10 +168,6 @@ def dpo_forward_backward(
         ref = ref.to(policy.device)
         loss, chosen, rejected = pair_losses(policy, ref, settings)
         (loss.sum() / denominator).backward()
-        for p in main:  # bf16 with fp32 main grads: as in step.forward_backward
-            if p.grad is not None:
-                p.main_grad.add_(p.grad)
-                p.grad = None
         local[0] += float(loss.detach().sum()) / denominator
         local[1] += float((chosen > rejected).float().sum())
         local[2] += float((chosen - rejected).sum())

@@ -181,15 +181,6 @@ def sequence_parallel_ready(model: torch.nn.Module, mb: MicroBatch) -> MicroBatc
     return pad_for_sequence_parallel(mb, tp)
 
 
-def accumulate_main_grads(params: Sequence[torch.nn.Parameter]) -> None:
-    """megatron DDP's grad hook for parameters with an fp32 `main_grad`: add the micro-batch's
-    gradient into it and drop the bf16 one."""
-    for p in params:
-        if p.grad is not None:
-            p.main_grad.add_(p.grad)
-            p.grad = None
-
-
 def scaled_loss(loss_sum: Tensor, mb: MicroBatch, tokens: StepTokens) -> Tensor:
     """A micro-batch's share of the step's per-token loss: its summed token losses over the supervised
     tokens of the whole global batch (`tokens`), so the loss does not depend on how tokens are split."""

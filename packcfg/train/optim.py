@@ -89,15 +89,24 @@ class LrSchedule:
         self.iteration = int(state["iteration"])
 
 
+def into_main_grad(p: torch.nn.Parameter) -> None:
+    """megatron DDP's grad hook, run by autograd once `p`'s gradient of this backward is complete: add it
+    into the fp32 `main_grad` and drop the bf16 one at once, so a backward never holds every parameter's
+    bf16 gradient at the same time (at the 1B shape that is 2.8 GiB of peak memory)."""
+    p.main_grad.add_(p.grad)  # type: ignore[attr-defined]
+    p.grad = None
+
+
 class MasterWeights:
     """bf16 training as megatron does it: the model holds bf16 parameters (forward and backward in
     bf16), AdamW updates fp32 master copies, which are copied back after each step. (Autocast would
     not do on CPU: megatron's linear layers only pin their backward's dtype under CUDA autocast.)
 
     `grad_reduce_in_fp32` (Bridge recipes set `ddp.grad_reduce_in_fp32`): each model parameter gets an
-    fp32 `main_grad`, as megatron's DDP gives it a view into an fp32 grad buffer; `step.forward_backward`
-    adds every micro-batch's bf16 gradient into it and reduces it in fp32. Without it the gradient is
-    accumulated over micro-batches and reduced in bf16 (megatron's buffer in the parameters' dtype)."""
+    fp32 `main_grad`, as megatron's DDP gives it a view into an fp32 grad buffer, and `into_main_grad`
+    adds every micro-batch's bf16 gradient into it as backward produces it; the step reduces it in fp32.
+    Without it the gradient is accumulated over micro-batches and reduced in bf16 (megatron's buffer in
+    the parameters' dtype)."""
 
     def __init__(self, params: list[torch.nn.Parameter], grad_reduce_in_fp32: bool = False) -> None:
         self.model_params = params
@@ -116,6 +125,7 @@ class MasterWeights:
                     setattr(master, attr, getattr(p, attr))
             if grad_reduce_in_fp32:
                 p.main_grad = torch.zeros_like(p, dtype=torch.float32)  # type: ignore[attr-defined]
+                p.register_post_accumulate_grad_hook(into_main_grad)
 
     def grads_to_master(self) -> None:
         for master, p in zip(self.master_params, self.model_params, strict=True):

@@ -40,7 +40,6 @@ from packcfg.train import mcore_compat
 from packcfg.train.batches import MicroBatch
 from packcfg.train.forward import (  # the PP 1 step's helpers too, so both paths lay batches out alike
     StepTokens,
-    accumulate_main_grads,
     count_tokens,
     per_token_losses,
     scaled_loss,
@@ -179,7 +178,6 @@ def pipelined_forward_backward(
     def backward(received: Tensor | None, out: Tensor, grad: Tensor | None) -> Tensor | None:
         with cpu_current_device(active=sequence_parallel):
             torch.autograd.backward(out, grad_tensors=grad)
-        accumulate_main_grads(main)
         return None if received is None else received.grad
 
     def receive_input(i: int) -> Tensor | None:

@@ -5,7 +5,7 @@ supervised tokens in the whole global batch (all micro-batches, all DP and CP ra
 depend on how tokens are split into packs, micro-batches or ranks. Gradients are then summed over
 DP x CP; TP ranks see the same tokens and are not counted twice. With bf16 and
 `ddp.grad_reduce_in_fp32`, each micro-batch's gradient is added into fp32 main grads (megatron's DDP
-grad buffer in fp32) and those are what is reduced.
+grad buffer in fp32) by a hook as backward produces it (`optim.into_main_grad`), and those are reduced.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import torch
 from packcfg.train.batches import MicroBatch
 from packcfg.train.forward import (
     StepTokens,
-    accumulate_main_grads,
     count_tokens,
     model_device,
     per_token_losses,
@@ -59,7 +58,6 @@ def forward_backward(
             losses = per_token_losses(model, mb, use_te=use_te)
             scaled = scaled_loss((losses.float() * mb.loss_mask).sum(), mb, tokens)
             scaled.backward()
-        accumulate_main_grads(main)
         local_loss += scaled.detach()
     finalize_model_grads(model)
     (loss,) = all_reduce_sum([float(local_loss)], data_context_group())

@@ -60,3 +60,39 @@ def test_grad_reduce_in_fp32_is_read_from_the_ddp_section():
 
     assert TrainSettings.from_config(tiny_config(ddp={"grad_reduce_in_fp32": True})).grad_reduce_in_fp32
     assert not TrainSettings.from_config(tiny_config()).grad_reduce_in_fp32
+
+
+def _most_bf16_grads_alive(settings, batches) -> tuple[int, int]:
+    """(the most parameters holding a bf16 .grad at once during one step's backward, parameters)."""
+    model = build_model(settings.model, settings.seed)
+    model.bfloat16()
+    params = [p for p in model.parameters() if p.requires_grad]
+    MasterWeights(params, grad_reduce_in_fp32=True)
+    most = [0]
+
+    def count(_: torch.nn.Parameter) -> None:  # runs after the executor's hook on the same parameter
+        most[0] = max(most[0], sum(q.grad is not None for q in params))
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(count)
+    forward_backward(model, batches)
+    return most[0], len(params)
+
+
+def test_bf16_gradients_go_into_main_grads_as_backward_makes_them(tiny_world, monkeypatch):
+    """megatron's DDP adds each gradient into its fp32 buffer from a backward hook; so does the executor,
+    so a backward never holds all the bf16 gradients at once (their memory is not part of the peak). The
+    control accumulates after backward, as before, and the count reaches the parameters."""
+    from packcfg.train import optim
+
+    _, settings = tiny_world
+    batches = [pack_thd(synthetic_samples(3, seed=2, min_len=4, max_len=12))]
+    most, _ = _most_bf16_grads_alive(settings, batches)
+    assert most == 0
+
+    def after_backward(p: torch.nn.Parameter) -> None:
+        pass  # the control: the gradient stays until after backward
+
+    monkeypatch.setattr(optim, "into_main_grad", after_backward)
+    most, total = _most_bf16_grads_alive(settings, batches)
+    assert most == total
