@@ -69,23 +69,21 @@ def _price(values, duals, capacity, want):  # type: ignore[no-untyped-def]
     return out[:n], best.max()
 
 
-def plan_patterns(a: np.ndarray, offsets: np.ndarray, order: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The distinct patterns of a plan (rows: a pack's items per length, lengths `values` ascending): the
-    master starts from them, so its first optimum is at most the plan's packs."""
+def plan_patterns(
+    a: np.ndarray, offsets: np.ndarray, order: np.ndarray, values: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The distinct patterns of a plan, sparse: (indices into `values`, ascending lengths; items of each)
+    per pattern. The master starts from them, so its first optimum is at most the plan's packs."""
     n = len(values)
     group = np.searchsorted(values, a[order])
     pack = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
     uk, cnt = np.unique(pack * n + group, return_counts=True)
     bounds = np.searchsorted(uk // n, np.arange(len(offsets)))
-    out: dict[bytes, np.ndarray] = {}
+    out: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
     for p in range(len(offsets) - 1):
-        s, e = bounds[p], bounds[p + 1]
-        key = (uk[s:e] % n).tobytes() + cnt[s:e].tobytes()
-        if key not in out:
-            row = np.zeros(n, dtype=np.int64)
-            row[uk[s:e] % n] = cnt[s:e]
-            out[key] = row
-    return np.array(list(out.values()))
+        idx, k = uk[bounds[p] : bounds[p + 1]] % n, cnt[bounds[p] : bounds[p + 1]]
+        out.setdefault(idx.tobytes() + k.tobytes(), (idx, k))
+    return list(out.values())
 
 
 class _Master:
@@ -154,7 +152,7 @@ class _Master:
 def cutting_stock_bound(
     a: np.ndarray,
     capacity: int,
-    seed_patterns: np.ndarray | None = None,
+    seed_patterns: list[tuple[np.ndarray, np.ndarray]] | None = None,
     max_iter: int = 3000,
     time_limit: float = 120.0,
     per_iter: int = 32,
@@ -173,22 +171,19 @@ def cutting_stock_bound(
     data: list[np.ndarray] = []
     seen: set[bytes] = set()
 
-    def add(pattern: np.ndarray) -> bool:
-        key = pattern.tobytes()
+    def add(nz: np.ndarray, k: np.ndarray) -> bool:
+        key = nz.astype(np.int64).tobytes() + k.astype(np.int64).tobytes()
         if key in seen:
             return False
         seen.add(key)
-        nz = np.flatnonzero(pattern)
-        rows.append(nz)
-        data.append(pattern[nz].astype(float))
+        rows.append(nz.astype(np.int64))
+        data.append(k.astype(float))
         return True
 
     for i in range(n):  # one pattern per length: as many copies as fit (and exist)
-        single = np.zeros(n, dtype=np.int64)
-        single[i] = min(capacity // int(values[i]), int(demand[i]))
-        add(single)
-    for pattern in seed_patterns if seed_patterns is not None else ():
-        add(np.asarray(pattern, dtype=np.int64))
+        add(np.array([i]), np.array([min(capacity // int(values[i]), int(demand[i]))]))
+    for nz, k in seed_patterns if seed_patterns is not None else ():
+        add(np.asarray(nz), np.asarray(k))
     bound = max(known, -(-int(a.sum()) // capacity))
     capped = False
     master = _Master(demand.astype(float))
@@ -200,11 +195,12 @@ def cutting_stock_bound(
         it += 1
         z, duals = master.solve()
         new, value = _price(values.astype(np.int64), duals, int(capacity), per_iter)
+        # Farley: y / max(1, v_max) is dual feasible, so its objective is a lower bound on the LP whatever the
+        # master's accuracy (the duals' own objective, not the master's primal value)
         value = max(float(value), 1.0)
-        bound = max(bound, int(np.ceil(z / value - 1e-7)))
+        bound = max(bound, int(np.ceil(float(np.dot(demand, duals)) / value - 1e-6)))
         if value <= 1.0 + 1e-9:
             exact = True
-            bound = max(bound, int(np.ceil(z - 1e-7)))
             break
         if bound >= int(np.ceil(z - 1e-7)):
             capped = bound == known
@@ -212,7 +208,7 @@ def cutting_stock_bound(
         if it >= max_iter or time.perf_counter() - t0 > time_limit:
             break
         n_old = len(rows)
-        if not sum(add(row) for row in new):
+        if not sum(add(np.flatnonzero(row), row[row > 0]) for row in new):
             break  # (numerical: the best patterns are in the master already)
         master.add(rows[n_old:], data[n_old:])
     return {

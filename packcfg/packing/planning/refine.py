@@ -26,12 +26,15 @@ from packcfg.packing.planning.common import Packing, concat_ranges, length_histo
 WORK_PER_ITEM = 256
 WORK_FULL_ITEMS = 64_000
 WORK_MIN = 3_000_000
-# try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (8 at 2k); from
-# NEST_MIN_ITEMS items it runs once per shift of TIGHT_SHIFTS_LARGE (4 and 2 at 2k), the nested stage (below)
-# too: there the kept packs' slack is what the stage cannot recover (1M samples, 600 distinct at 2k: 210k of
-# its 250k tokens of slack sat in kept packs with 1-8 tokens each; +122 with shift 8, +89 with 9, +78 with 10,
-# +70 with 11; 999 distinct at 2k +185 / +125 / +342 / +343; one shift alone is good on one input, bad on another)
-TIGHT_SHIFT = 8
+# try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (4 at 2k; was 8: 64k
+# samples, 999 distinct at 2k / 4k / 8k +12 / +7 / +6 -> +9 / +4 / +4, 600 at 2k +7 -> +6, 999 at 32k
+# +7 -> +8, no row slower: it runs where the kept packs' slack is what the stage cannot recover); from
+# NEST_MIN_ITEMS items once per shift of TIGHT_SHIFTS_LARGE (4 and 2 at 2k), the nested stage (below) too
+# (1M samples, 600 distinct at 2k: 210k of the plan's 250k tokens of slack sat in kept packs with 1-8 tokens
+# each with shift 8; +122 with shift 8, +89 with 9, +78 with 10; 999 distinct +185 / +125 / +342: one shift
+# is good on one input and bad on another, and the second costs one more try where the first misses, which
+# at 64k samples would take 999 distinct at 2k past 3x an argsort)
+TIGHT_SHIFT = 9
 TIGHT_SHIFTS_LARGE = (9, 10)
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
