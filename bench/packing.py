@@ -23,10 +23,12 @@ Then (--ratio-only) bfd against one argsort on every distribution above plus rea
 entries and package records found on this machine, `real_corpora`) at every capacity 2k-128k: warm, on the
 pure-Python path, and cold in a fresh process with the kernel's load shown apart; packs against
 max(ceil(sum / cap), L2) + max(5, 0.01%), before (best fit alone, PACKCFG_PLANNER_REFINE=off) and after bfd's
-refinement stage, with both times.
+refinement stage, with both times; with --lp-bound SECONDS, where bfd misses that target, also the cutting-stock
+LP bound (bench/lp_bound.py: Gilmore-Gomory column generation, needs SciPy; bench only, never the planner).
 
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
-       [--long-only] [--few-only] [--ratio-only [--ratio-n 64000,1000000] [--no-cold]] [--long-n N]
+       [--long-only] [--few-only] [--ratio-only [--ratio-n 64000,1000000] [--no-cold] [--lp-bound SECONDS]]
+       [--long-n N]
        [--with-python] [--repeat K]
 """
 
