@@ -112,9 +112,9 @@ def refine(
     counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop.
 
     From NEST_MIN_ITEMS items, try 1 runs once for each slack limit capacity >> TIGHT_SHIFTS_LARGE, and what
-    the kept patterns leave is planned by best fit and then this stage (nested once, with the same limits:
-    `goal` given marks the nested call, which aims at the packs the outer plan leaves to it, not at a target
-    of its own; `shifts`, the slack limits) rather than by best fit alone."""
+    the kept patterns leave is planned by best fit and then this stage (nested once, try 1 only, with the same
+    limits: `goal` given marks the nested call, which aims at the packs the outer plan leaves to it, not at a
+    target of its own; `shifts`, the slack limits) rather than by best fit alone."""
     if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
         return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
     packs = len(packing.offsets) - 1
@@ -161,7 +161,7 @@ def refine(
     big = np.maximum.reduceat(a[order], packing.offsets[:-1]) > capacity // 2
     fills = packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
     keeps = [big & (fills >= capacity - max(1, capacity >> shift)) for shift in shifts]
-    for i_try, keep in enumerate((*keeps, big)):
+    for i_try, keep in enumerate(keeps if nested else (*keeps, big)):  # nested: try 1 only
         if not keep.any() or keep.all() or work <= 0 or best_packs <= goal:
             continue
         if any(np.array_equal(keep, k) for k in keeps[:i_try]):
@@ -179,7 +179,7 @@ def refine(
         if plan is not None and n_kept + len(plan.offsets) - 1 < best_packs:
             best = _join(order[kept], sizes[keep], fills[keep], sub_ids, plan)
             best_packs = len(best.offsets) - 1
-    if work > 0 and best_packs > goal:
+    if work > 0 and best_packs > goal and not nested:
         waste = packs * capacity - int(np.dot(present, counts)) - capacity
         plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, rest_fit, count, goal, len(a))
         if plan is not None and len(plan.offsets) - 1 < best_packs:
@@ -271,11 +271,14 @@ def _replan(
     return Packing(offsets, fills=fills, build=build), spent
 
 
-# from this many items, what the kept patterns leave is planned by the stage again (nested once) rather than
-# by best fit alone, and try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 32k +21 -> +9 and
-# 600 distinct at 128k +17 -> +11 (both now within the target), 999 at 4k +127 -> +51; there the stage costs
-# 1-2x an argsort. Below, it already costs close to 3x one at 2k (64k samples: nesting took 999 distinct at
-# 2k from 13 to 25 ms, +12 -> +10), so smaller inputs keep best fit on the rest.
+# from this many items, what the kept patterns leave is planned by the stage again (nested once, try 1 only)
+# rather than by best fit alone, and try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k
+# +127 -> +51 (+115 with both limits and no nesting, +75 nesting with one limit), at 2k +185 -> +125, at 32k
+# +21 -> +9, 600 distinct at 128k +17 -> +13; there the stage costs 1-2x an argsort. The nested stage's other
+# tries (every big-item pack kept, every item re-planned) took 999 distinct at 2k from 200 to 340 ms and saved
+# a pack only at 128k (600 distinct +13 -> +11). Below NEST_MIN_ITEMS the stage already costs close to 3x an
+# argsort at 2k (64k samples: nesting took 999 distinct at 2k from 13 to 25 ms, +12 -> +10), and nesting saved
+# no pack on any input measured at 30k-50k samples, so smaller inputs keep best fit on the rest.
 NEST_MIN_ITEMS = 1 << 18
 
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
