@@ -35,6 +35,7 @@ Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -935,6 +936,9 @@ def main(argv: list[str] | None = None) -> int:
         few_distinct_table((30_000, 64_000))
         return 0
     if args.ratio_only:
+        if args.lp_bound and importlib.util.find_spec("scipy") is None:
+            print("bench/packing.py: --lp-bound needs SciPy (pip install scipy)", file=sys.stderr)
+            return 2
         only = tuple(d.strip() for d in args.ratio_dists.split(",") if d.strip())
         ratio_table(
             tuple(int(x) for x in args.ratio_n.split(",")), cold=not args.no_cold, only=only, lp=args.lp_bound
