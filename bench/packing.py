@@ -23,16 +23,19 @@ Then (--ratio-only) bfd against one argsort on every distribution above plus rea
 entries and package records found on this machine, `real_corpora`) at every capacity 2k-128k: warm, on the
 pure-Python path, and cold in a fresh process with the kernel's load shown apart; packs against
 max(ceil(sum / cap), L2) + max(5, 0.01%), before (best fit alone, PACKCFG_PLANNER_REFINE=off) and after bfd's
-refinement stage, with both times.
+refinement stage, with both times; with --lp-bound SECONDS, where bfd misses that target, also the cutting-stock
+LP bound (bench/lp_bound.py: Gilmore-Gomory column generation, needs SciPy; bench only, never the planner).
 
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
-       [--long-only] [--few-only] [--ratio-only [--ratio-n 64000,1000000] [--no-cold]] [--long-n N]
+       [--long-only] [--few-only] [--ratio-only [--ratio-n 64000,1000000] [--no-cold] [--lp-bound SECONDS]]
+       [--long-n N]
        [--with-python] [--repeat K]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -740,12 +743,15 @@ def ratio_workloads(sizes: tuple[int, ...]) -> list[tuple[str, int, np.ndarray]]
     return out
 
 
-def ratio_table(sizes: tuple[int, ...], cold: bool = True, only: tuple[str, ...] = ()) -> None:
+def ratio_table(
+    sizes: tuple[int, ...], cold: bool = True, only: tuple[str, ...] = (), lp: float = 0.0
+) -> None:
     """bfd against one NumPy argsort of the same lengths on every distribution and capacity: warm (kernel
     loaded), on the pure-Python path (what runs without numba, and cold below 1,000 distinct lengths), and
     cold in a fresh process (the first plan(); numba's import and cache load, where the kernel ran, shown
     apart); packs against the target LB + max(5, 0.01%). `only`: the distributions whose name starts with one of
-    these (all when empty)."""
+    these (all when empty). `lp` > 0: where bfd misses the target against L2, also the cutting-stock LP bound
+    (bench/lp_bound.py, at most `lp` seconds a row), and packs over it."""
     from packcfg.packing import _bfd_kernel
     from packcfg.packing.planning import best_fit
 
@@ -770,6 +776,8 @@ def ratio_table(sizes: tuple[int, ...], cold: bool = True, only: tuple[str, ...]
     if cold:
         header += ["cold ms", "path", "load ms", "x argsort"]
     header += ["best fit ms", "before", "packs - LB", "packs ok", "time ok"]
+    if lp:
+        header += ["LP master", "LP bound", "packs - LP bound", "LP s"]
     rows = []
     root = str(Path(__file__).resolve().parents[1])
     worst: dict[str, float] = {}
@@ -835,6 +843,8 @@ def ratio_table(sizes: tuple[int, ...], cold: bool = True, only: tuple[str, ...]
                 "ok" if p.num_packs - lb <= target else "MISS",
                 ok,
             ]
+            if lp:
+                row += _lp_columns(a, cap, p, lb, target, lp)
             rows.append(row)
             print(f"  {name} N={len(a):,} cap={cap}", file=sys.stderr, flush=True)
     print_table(header, rows)
@@ -848,7 +858,34 @@ def ratio_table(sizes: tuple[int, ...], cold: bool = True, only: tuple[str, ...]
         "Martello-Toth's L2 (items over cap / 2 need a pack each: uniform lengths); bfd ms and packs - LB "
         "include bfd's refinement stage (planning/refine.py, where best fit misses the target); best fit ms "
         "and before: without it (PACKCFG_PLANNER_REFINE=off)."
+        + (
+            " LP (--lp-bound, rows that miss only): the cutting-stock LP (Gilmore-Gomory column generation, "
+            "bench/lp_bound.py); LP master: the restricted master's last optimum, an upper bound on the LP "
+            "('<=': it fell to L2 or below, so ceil(LP) <= L2; '~': stopped by the time limit); LP bound: the "
+            "larger of L2 and ceil of Farley's bound, valid wherever the search stopped."
+            if lp
+            else ""
+        )
     )
+
+
+def _lp_columns(a: np.ndarray, cap: int, p, lb: int, target: int, seconds: float) -> list[str]:  # type: ignore[no-untyped-def]
+    """The cutting-stock LP bound's columns of a ratio row, where bfd misses the target against L2: the
+    master LP's last optimum (an upper bound on the LP; "<=" where the search stopped because it fell to L2
+    or below, so the LP cannot raise the bound), the integer bound (max of L2 and ceil of Farley's bound),
+    packs over it (ok where within max(5, 0.01%) of it) and the seconds it took."""
+    if p.num_packs - lb <= target:
+        return ["-", "-", "-", "-"]
+    from lp_bound import cutting_stock_bound, plan_patterns
+
+    values = np.unique(a)
+    r = cutting_stock_bound(
+        a, cap, plan_patterns(a, p.offsets, p.order, values), time_limit=seconds, known=lb
+    )
+    tag = "" if r["exact"] else ("<= " if r["capped"] else "~")
+    over = p.num_packs - r["bound"]
+    ok = "ok" if over <= max(5, r["bound"] // 10_000) else "MISS"
+    return [f"{tag}{r['lp']:,.2f}", f"{r['bound']:,}", f"{over:+d} {ok}", f"{r['seconds']:.0f}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -872,6 +909,13 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="--ratio-only: only these distributions (name prefixes, comma-separated)",
     )
+    ap.add_argument(
+        "--lp-bound",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="--ratio-only: where bfd misses the target, also the cutting-stock LP bound (at most SECONDS a row)",
+    )
     ap.add_argument("--with-python", action="store_true", help="long rows: also time bfd's pure-Python path")
     ap.add_argument(
         "--repeat", type=int, default=3, help="end-to-end runs per step (the table shows the min)"
@@ -892,8 +936,13 @@ def main(argv: list[str] | None = None) -> int:
         few_distinct_table((30_000, 64_000))
         return 0
     if args.ratio_only:
+        if args.lp_bound and importlib.util.find_spec("scipy") is None:
+            print("bench/packing.py: --lp-bound needs SciPy (pip install scipy)", file=sys.stderr)
+            return 2
         only = tuple(d.strip() for d in args.ratio_dists.split(",") if d.strip())
-        ratio_table(tuple(int(x) for x in args.ratio_n.split(",")), cold=not args.no_cold, only=only)
+        ratio_table(
+            tuple(int(x) for x in args.ratio_n.split(",")), cold=not args.no_cold, only=only, lp=args.lp_bound
+        )
         return 0
     if not args.e2e_only:
         quality_table(n, args.skip_slow)

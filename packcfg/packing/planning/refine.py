@@ -26,8 +26,16 @@ from packcfg.packing.planning.common import Packing, concat_ranges, length_histo
 WORK_PER_ITEM = 256
 WORK_FULL_ITEMS = 64_000
 WORK_MIN = 3_000_000
-# try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (8 at 2k)
-TIGHT_SHIFT = 8
+# try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (4 at 2k; was 8: 64k
+# samples, 999 distinct at 2k / 4k / 8k +12 / +7 / +6 -> +9 / +4 / +4, 600 at 2k +7 -> +6, 999 at 32k
+# +7 -> +8, no row slower: it runs where the kept packs' slack is what the stage cannot recover); from
+# NEST_MIN_ITEMS items once per shift of TIGHT_SHIFTS_LARGE (4 and 2 at 2k), the nested stage (below) too
+# (1M samples, 600 distinct at 2k: 210k of the plan's 250k tokens of slack sat in kept packs with 1-8 tokens
+# each with shift 8; +122 with shift 8, +89 with 9, +78 with 10; 999 distinct +185 / +125 / +342: one shift
+# is good on one input and bad on another, and the second costs one more try where the first misses, which
+# at 64k samples would take 999 distinct at 2k past 3x an argsort)
+TIGHT_SHIFT = 9
+TIGHT_SHIFTS_LARGE = (9, 10)
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
 # Lengths that take more than this fraction of the values 1..longest (near-continuous, e.g. uniform) skip the
@@ -83,9 +91,11 @@ def refine(
     best_fit: Callable[[np.ndarray], Packing],
     prepare: Callable[[], object] | None = None,
     count: Callable[[np.ndarray, np.ndarray], int] | None = None,
+    goal: int | None = None,
+    shifts: tuple[int, ...] | None = None,
 ) -> Packing:
-    """bfd's plan, or a plan with fewer packs. Up to three tries, sharing one work budget, until one lands
-    within LB + max(5, 0.01% LB):
+    """bfd's plan, or a plan with fewer packs. Up to three tries (four from NEST_MIN_ITEMS items), sharing one
+    work budget, until one lands within LB + max(5, 0.01% LB):
 
     1. keep bfd's packs that hold an item over capacity / 2 and have at most capacity >> TIGHT_SHIFT tokens
        of slack (they need a pack each anyway, and little can improve them) and re-plan the other items;
@@ -99,30 +109,63 @@ def refine(
     (`best_fit(lengths)`, no refinement) on the rest.
     The plan with the fewest packs wins; bfd's on a tie. `prepare` is called once the stage is going to
     run (bfd loads its compiled best fit there: numba is being loaded for the stage anyway); `count(values,
-    counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop."""
+    counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop.
+
+    From NEST_MIN_ITEMS items, try 1 runs once for each slack limit capacity >> TIGHT_SHIFTS_LARGE, and what
+    the kept patterns leave is planned by best fit and then this stage (nested once, try 1 only, with the same
+    limits: `goal` given marks the nested call, which aims at the packs the outer plan leaves to it, not at a
+    target of its own; `shifts`, the slack limits) rather than by best fit alone."""
     if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
         return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
     packs = len(packing.offsets) - 1
-    volume = -(-int(np.dot(present, counts)) // capacity)  # LB >= this, so the target is at least as high
-    if packs <= volume + max(5, volume // 10_000):
-        return packing  # within the target whatever L2 says (most inputs: no L2 to compute)
-    goal = target(present, counts, capacity, k_max)
+    nested = goal is not None
+    if not nested:
+        volume = -(-int(np.dot(present, counts)) // capacity)  # LB >= this, so the target is at least as high
+        if packs <= volume + max(5, volume // 10_000):
+            return packing  # within the target whatever L2 says (most inputs: no L2 to compute)
+        goal = target(present, counts, capacity, k_max)
+    assert goal is not None
     if packs <= goal or not enabled():
         return packing
     if prepare is not None:
         prepare()
     work = max(WORK_MIN, WORK_PER_ITEM * len(a) * min(len(a), WORK_FULL_ITEMS) // WORK_FULL_ITEMS)
     best, best_packs = packing, packs
+    nest = not nested and len(a) >= NEST_MIN_ITEMS
+    if shifts is None:
+        shifts = TIGHT_SHIFTS_LARGE if len(a) >= NEST_MIN_ITEMS else (TIGHT_SHIFT,)
+
+    def rest_fit(rest: np.ndarray, rest_goal: int) -> Packing:
+        """Best fit on what the kept patterns leave; from NEST_MIN_ITEMS items, then this stage on that
+        (nested once) where best fit has more than `rest_goal` packs."""
+        plan = best_fit(rest)
+        if not nest or len(plan.offsets) - 1 <= rest_goal:
+            return plan
+        rest_present, rest_counts = length_histogram(rest)
+        return refine(
+            rest,
+            capacity,
+            k_max,
+            rest_present,
+            rest_counts,
+            plan,
+            best_fit,
+            None,
+            count,
+            max(0, rest_goal),
+            shifts,
+        )
+
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
     sizes = np.diff(packing.offsets)
     big = np.maximum.reduceat(a[order], packing.offsets[:-1]) > capacity // 2
     fills = packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
-    tight = big & (fills >= capacity - max(1, capacity >> TIGHT_SHIFT))
-    for i_try, keep in enumerate((tight, big)):
+    keeps = [big & (fills >= capacity - max(1, capacity >> shift)) for shift in shifts]
+    for i_try, keep in enumerate(keeps if nested else (*keeps, big)):  # nested: try 1 only
         if not keep.any() or keep.all() or work <= 0 or best_packs <= goal:
             continue
-        if i_try and np.array_equal(keep, tight):
-            continue  # every big-item pack was tight: try 2 would be try 1 again
+        if any(np.array_equal(keep, k) for k in keeps[:i_try]):
+            continue  # the same packs kept as by an earlier try (e.g. every big-item pack was tight)
         kept = np.repeat(keep, sizes)
         sub_ids = order[~kept]
         sub = a[sub_ids]
@@ -130,15 +173,15 @@ def refine(
         sub_present, sub_counts = length_histogram(sub)
         n_kept = int(keep.sum())
         plan, spent = _replan(
-            sub, capacity, k_max, sub_present, sub_counts, waste, work, best_fit, count, goal - n_kept, len(a)
+            sub, capacity, k_max, sub_present, sub_counts, waste, work, rest_fit, count, goal - n_kept, len(a)
         )
         work -= spent
         if plan is not None and n_kept + len(plan.offsets) - 1 < best_packs:
             best = _join(order[kept], sizes[keep], fills[keep], sub_ids, plan)
             best_packs = len(best.offsets) - 1
-    if work > 0 and best_packs > goal:
+    if work > 0 and best_packs > goal and not nested:
         waste = packs * capacity - int(np.dot(present, counts)) - capacity
-        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, best_fit, count, goal, len(a))
+        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, rest_fit, count, goal, len(a))
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
     return best
@@ -169,12 +212,13 @@ def _replan(
     counts: np.ndarray,
     waste_budget: int,
     work: int,
-    best_fit: Callable[[np.ndarray], Packing],
+    rest_fit: Callable[[np.ndarray, int], Packing],
     count: Callable[[np.ndarray, np.ndarray], int] | None = None,
     goal: int = 0,
     n_all: int = 0,
 ) -> tuple[Packing | None, int]:
-    """Minimum bin slack patterns, then best fit on what they leave: (the plan of the items of `a`, or None
+    """Minimum bin slack patterns, then `rest_fit(lengths, packs to aim at)` (best fit; from NEST_MIN_ITEMS
+    items best fit and the nested stage) on what they leave: (the plan of the items of `a`, or None
     where no pattern was applied; the DP cells spent). With `count`, the patterns kept are the first c, c
     chosen for the fewest packs in all, or the first found with at most `goal` (_cut; `n_all`, the items
     of the whole input, sets how many cut points)."""
@@ -194,7 +238,8 @@ def _replan(
     # the items left, as best fit sees them: each group's last items, in decreasing-length order
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=group_start[1:])
-    rest = best_fit(np.repeat(present, left)) if int(left.sum()) else None
+    # aiming at the packs the goal leaves once the patterns' are counted
+    rest = rest_fit(np.repeat(present, left), goal - mbs_packs) if int(left.sum()) else None
 
     def build() -> np.ndarray:
         idx = sorted_desc(a)
@@ -225,6 +270,16 @@ def _replan(
     np.cumsum(per_pack, out=offsets[1:])
     return Packing(offsets, fills=fills, build=build), spent
 
+
+# from this many items, what the kept patterns leave is planned by the stage again (nested once, try 1 only)
+# rather than by best fit alone, and try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k
+# +127 -> +51 (+115 with both limits and no nesting, +75 nesting with one limit), at 2k +185 -> +125, at 32k
+# +21 -> +9, 600 distinct at 128k +17 -> +13; there the stage costs 1-2x an argsort. The nested stage's other
+# tries (every big-item pack kept, every item re-planned) took 999 distinct at 2k from 200 to 340 ms and saved
+# a pack only at 128k (600 distinct +13 -> +11). Below NEST_MIN_ITEMS the stage already costs close to 3x an
+# argsort at 2k (64k samples: nesting took 999 distinct at 2k from 13 to 25 ms, +12 -> +10), and nesting saved
+# no pack on any input measured at 30k-50k samples, so smaller inputs keep best fit on the rest.
+NEST_MIN_ITEMS = 1 << 18
 
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
 # then as many again around the best of them
