@@ -93,8 +93,9 @@ def into_main_grad(p: torch.nn.Parameter) -> None:
     """megatron DDP's grad hook, run by autograd once `p`'s gradient of this backward is complete: add it
     into the fp32 `main_grad` and drop the bf16 one at once, so a backward never holds every parameter's
     bf16 gradient at the same time (at the 1B shape that is 2.8 GiB of peak memory)."""
-    p.main_grad.add_(p.grad)  # type: ignore[attr-defined]
-    p.grad = None
+    if p.grad is not None:  # None: an earlier hook on the same parameter took it
+        p.main_grad.add_(p.grad)  # type: ignore[attr-defined]
+        p.grad = None
 
 
 class MasterWeights:
@@ -125,7 +126,9 @@ class MasterWeights:
                     setattr(master, attr, getattr(p, attr))
             if grad_reduce_in_fp32:
                 p.main_grad = torch.zeros_like(p, dtype=torch.float32)  # type: ignore[attr-defined]
-                p.register_post_accumulate_grad_hook(into_main_grad)
+                if not getattr(p, "_into_main_grad", False):  # once per parameter, however many wrappers
+                    p.register_post_accumulate_grad_hook(into_main_grad)
+                    p._into_main_grad = True  # type: ignore[attr-defined]
 
     def grads_to_master(self) -> None:
         for master, p in zip(self.master_params, self.model_params, strict=True):
