@@ -74,10 +74,15 @@ def l2_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
     return max(best, int(bound.max()))
 
 
+def lower_bound(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
+    """LB: the larger of L2 (present descending, as grouped_best_fit has it) and, with max_per_pack, the items
+    over k_max."""
+    return max(l2_bound(present[::-1], counts[::-1], capacity), -(-int(counts.sum()) // k_max))
+
+
 def target(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
-    """LB + max(5, 0.01% LB): the packs bfd is held to (present descending, as grouped_best_fit has it); with
-    max_per_pack, LB is at least the items over k_max."""
-    lb = max(l2_bound(present[::-1], counts[::-1], capacity), -(-int(counts.sum()) // k_max))
+    """LB + max(5, 0.01% LB): the packs bfd is held to."""
+    lb = lower_bound(present, counts, capacity, k_max)
     return lb + max(5, lb // 10_000)
 
 
@@ -95,7 +100,8 @@ def refine(
     shifts: tuple[int, ...] | None = None,
 ) -> Packing:
     """bfd's plan, or a plan with fewer packs. Up to three tries (four from NEST_MIN_ITEMS items), sharing one
-    work budget, until one lands within LB + max(5, 0.01% LB):
+    work budget, until one lands within LB + max(5, 0.01% LB) (from STOP_AT_LB_ITEMS items: until one reaches
+    LB, the budget allowing):
 
     1. keep bfd's packs that hold an item over capacity / 2 and have at most capacity >> TIGHT_SHIFT tokens
        of slack (they need a pack each anyway, and little can improve them) and re-plan the other items;
@@ -112,19 +118,23 @@ def refine(
     counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop.
 
     From NEST_MIN_ITEMS items, try 1 runs once for each slack limit capacity >> TIGHT_SHIFTS_LARGE, and what
-    the kept patterns leave is planned by best fit and then this stage (nested once, try 1 only, with the same
-    limits: `goal` given marks the nested call, which aims at the packs the outer plan leaves to it, not at a
+    the kept patterns leave is planned by best fit and then this stage (nested once, try 1 only, or try 3
+    where no item left is over capacity / 2 and try 1 has nothing to keep; with the same limits: `goal` given marks the nested call, which aims at the packs the outer plan leaves to it, not at a
     target of its own; `shifts`, the slack limits) rather than by best fit alone."""
     if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
         return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
     packs = len(packing.offsets) - 1
     nested = goal is not None
+    stop = goal  # the tries and the cut search stop at a plan with at most this many packs
     if not nested:
         volume = -(-int(np.dot(present, counts)) // capacity)  # LB >= this, so the target is at least as high
         if packs <= volume + max(5, volume // 10_000):
             return packing  # within the target whatever L2 says (most inputs: no L2 to compute)
         goal = target(present, counts, capacity, k_max)
-    assert goal is not None
+        stop = (
+            min(goal, lower_bound(present, counts, capacity, k_max)) if len(a) >= STOP_AT_LB_ITEMS else goal
+        )
+    assert goal is not None and stop is not None
     if packs <= goal or not enabled():
         return packing
     if prepare is not None:
@@ -162,7 +172,7 @@ def refine(
     fills = packing.fills if packing.fills is not None else np.add.reduceat(a[order], packing.offsets[:-1])
     keeps = [big & (fills >= capacity - max(1, capacity >> shift)) for shift in shifts]
     for i_try, keep in enumerate(keeps if nested else (*keeps, big)):  # nested: try 1 only
-        if not keep.any() or keep.all() or work <= 0 or best_packs <= goal:
+        if not keep.any() or keep.all() or work <= 0 or best_packs <= stop:
             continue
         if any(np.array_equal(keep, k) for k in keeps[:i_try]):
             continue  # the same packs kept as by an earlier try (e.g. every big-item pack was tight)
@@ -173,15 +183,15 @@ def refine(
         sub_present, sub_counts = length_histogram(sub)
         n_kept = int(keep.sum())
         plan, spent = _replan(
-            sub, capacity, k_max, sub_present, sub_counts, waste, work, rest_fit, count, goal - n_kept, len(a)
+            sub, capacity, k_max, sub_present, sub_counts, waste, work, rest_fit, count, stop - n_kept, len(a)
         )
         work -= spent
         if plan is not None and n_kept + len(plan.offsets) - 1 < best_packs:
             best = _join(order[kept], sizes[keep], fills[keep], sub_ids, plan)
             best_packs = len(best.offsets) - 1
-    if work > 0 and best_packs > goal and not nested:
+    if work > 0 and best_packs > stop and (not nested or not big.any()):  # nested: where try 1 kept nothing
         waste = packs * capacity - int(np.dot(present, counts)) - capacity
-        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, rest_fit, count, goal, len(a))
+        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, rest_fit, count, stop, len(a))
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
     return best
@@ -280,6 +290,13 @@ def _replan(
 # argsort at 2k (64k samples: nesting took 999 distinct at 2k from 13 to 25 ms, +12 -> +10), and nesting saved
 # no pack on any input measured at 30k-50k samples, so smaller inputs keep best fit on the rest.
 NEST_MIN_ITEMS = 1 << 18
+# from this many items the tries (and the cut search) do not stop at the first plan within the target but
+# go on while the budget lasts, until one reaches LB: there try 1 with two slack limits often lands within the
+# target with more packs than a later try makes (1M samples: 300 distinct at 2k-8k +11..13 -> +0, 600
+# distinct at 8k / 32k +17 / +14 -> +5 / +3, 63 distinct at 2k / 4k +8 / +2 -> +0; with the nested stage's
+# try 3 where nothing left is big, 600 distinct at 128k +13 -> +8, +11 with that alone), at 0.5-1.7x an
+# argsort where the stage was 0.4-1.6x; below it the stage is already near 3x an argsort at 2k.
+STOP_AT_LB_ITEMS = NEST_MIN_ITEMS
 
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
 # then as many again around the best of them
