@@ -98,6 +98,7 @@ def refine(
     count: Callable[[np.ndarray, np.ndarray], int] | None = None,
     goal: int | None = None,
     shifts: tuple[int, ...] | None = None,
+    depth: int = 0,
 ) -> Packing:
     """bfd's plan, or a plan with fewer packs. Up to three tries (four from NEST_MIN_ITEMS items), sharing one
     work budget, until one lands within LB + max(5, 0.01% LB) (from STOP_AT_LB_ITEMS items: until one reaches
@@ -118,9 +119,10 @@ def refine(
     counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop.
 
     From NEST_MIN_ITEMS items, try 1 runs once for each slack limit capacity >> TIGHT_SHIFTS_LARGE, and what
-    the kept patterns leave is planned by best fit and then this stage (nested once, try 1 only, or try 3
-    where no item left is over capacity / 2 and try 1 has nothing to keep; with the same limits: `goal` given marks the nested call, which aims at the packs the outer plan leaves to it, not at a
-    target of its own; `shifts`, the slack limits) rather than by best fit alone."""
+    the kept patterns leave is planned by best fit and then this stage, nested (try 1 only, or try 3 where
+    no item left is over capacity / 2 so that try 1 has nothing to keep; with the same limits) rather than
+    by best fit alone. `goal` given marks a nested call, which aims at the packs the outer plan leaves to
+    it, not at a target of its own; `shifts`: the slack limits; `depth`: the nesting level (NEST_DEPTH)."""
     if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
         return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
     packs = len(packing.offsets) - 1
@@ -141,15 +143,16 @@ def refine(
         prepare()
     work = max(WORK_MIN, WORK_PER_ITEM * len(a) * min(len(a), WORK_FULL_ITEMS) // WORK_FULL_ITEMS)
     best, best_packs = packing, packs
-    nest = not nested and len(a) >= NEST_MIN_ITEMS
+    nest = depth < NEST_DEPTH and (depth > 0 or len(a) >= NEST_MIN_ITEMS)
     if shifts is None:
         shifts = TIGHT_SHIFTS_LARGE if len(a) >= NEST_MIN_ITEMS else (TIGHT_SHIFT,)
 
     def rest_fit(rest: np.ndarray, rest_goal: int) -> Packing:
         """Best fit on what the kept patterns leave; from NEST_MIN_ITEMS items, then this stage on that
-        (nested once) where best fit has more than `rest_goal` packs."""
+        (nested; below the top level only on rests under NEST_DEEP_MAX_ITEMS items) where best fit has more than
+        `rest_goal` packs."""
         plan = best_fit(rest)
-        if not nest or len(plan.offsets) - 1 <= rest_goal:
+        if not nest or len(plan.offsets) - 1 <= rest_goal or (depth > 0 and len(rest) >= NEST_DEEP_MAX_ITEMS):
             return plan
         rest_present, rest_counts = length_histogram(rest)
         return refine(
@@ -164,6 +167,7 @@ def refine(
             count,
             max(0, rest_goal),
             shifts,
+            depth + 1,
         )
 
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
@@ -281,15 +285,21 @@ def _replan(
     return Packing(offsets, fills=fills, build=build), spent
 
 
-# from this many items, what the kept patterns leave is planned by the stage again (nested once, try 1 only)
-# rather than by best fit alone, and try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k
+# from this many items, what the kept patterns leave is planned by the stage again (nested, try 1 only, or
+# try 3 where nothing left is over capacity / 2) rather than by best fit alone, and try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k
 # +127 -> +51 (+115 with both limits and no nesting, +75 nesting with one limit), at 2k +185 -> +125, at 32k
 # +21 -> +9, 600 distinct at 128k +17 -> +13; there the stage costs 1-2x an argsort. The nested stage's other
-# tries (every big-item pack kept, every item re-planned) took 999 distinct at 2k from 200 to 340 ms and saved
-# a pack only at 128k (600 distinct +13 -> +11). Below NEST_MIN_ITEMS the stage already costs close to 3x an
+# tries (every big-item pack kept, every item re-planned) on every rest took 999 distinct at 2k from 200 to
+# 340 ms and saved a pack only at 128k (600 distinct +13 -> +11); try 3 only where try 1 has no pack to keep
+# gives that (+8 with STOP_AT_LB_ITEMS) at next to no cost elsewhere. Below NEST_MIN_ITEMS the stage already costs close to 3x an
 # argsort at 2k (64k samples: nesting took 999 distinct at 2k from 13 to 25 ms, +12 -> +10), and nesting saved
 # no pack on any input measured at 30k-50k samples, so smaller inputs keep best fit on the rest.
 NEST_MIN_ITEMS = 1 << 18
+# levels of nesting: the nested stage nests once more, on rests under NEST_DEEP_MAX_ITEMS (1M samples, 999
+# distinct at 4k +51 -> +43, 0-15 ms; no other row changed, and a third level changed none). On larger rests
+# (450k-530k items at 2k) it took 999 distinct at 2k from 1.45x to 1.93x an argsort and saved no pack.
+NEST_DEPTH = 2
+NEST_DEEP_MAX_ITEMS = 1 << 18
 # from this many items the tries (and the cut search) do not stop at the first plan within the target but
 # go on while the budget lasts, until one reaches LB: there try 1 with two slack limits often lands within the
 # target with more packs than a later try makes (1M samples: 300 distinct at 2k-8k +11..13 -> +0, 600
