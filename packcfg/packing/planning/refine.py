@@ -285,15 +285,16 @@ def _replan(
     return Packing(offsets, fills=fills, build=build), spent
 
 
-# from this many items, what the kept patterns leave is planned by the stage again (nested, try 1 only, or
-# try 3 where nothing left is over capacity / 2) rather than by best fit alone, and try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k
-# +127 -> +51 (+115 with both limits and no nesting, +75 nesting with one limit), at 2k +185 -> +125, at 32k
-# +21 -> +9, 600 distinct at 128k +17 -> +13; there the stage costs 1-2x an argsort. The nested stage's other
-# tries (every big-item pack kept, every item re-planned) on every rest took 999 distinct at 2k from 200 to
-# 340 ms and saved a pack only at 128k (600 distinct +13 -> +11); try 3 only where try 1 has no pack to keep
-# gives that (+8 with STOP_AT_LB_ITEMS) at next to no cost elsewhere. Below NEST_MIN_ITEMS the stage already costs close to 3x an
-# argsort at 2k (64k samples: nesting took 999 distinct at 2k from 13 to 25 ms, +12 -> +10), and nesting saved
-# no pack on any input measured at 30k-50k samples, so smaller inputs keep best fit on the rest.
+# from this many items, what the kept patterns leave is planned by the stage again (nested, try 1 only, or try
+# 3 where nothing left is over capacity / 2) rather than by best fit alone, and try 1 runs with
+# TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k +127 -> +51 (+115 with both limits and no nesting, +75
+# nesting with one limit), at 2k +185 -> +125, at 32k +21 -> +9, 600 distinct at 128k +17 -> +13; there the
+# stage costs 1-2x an argsort. The nested stage's other tries (every big-item pack kept, every item
+# re-planned) on every rest took 999 distinct at 2k from 200 to 340 ms and saved a pack only at 128k (600
+# distinct +13 -> +11); try 3 only where try 1 has no pack to keep gives that (+8 with STOP_AT_LB_ITEMS) at
+# next to no cost elsewhere. Below NEST_MIN_ITEMS the stage already costs close to 3x an argsort at 2k (64k
+# samples: nesting took 999 distinct at 2k from 13 to 25 ms, +12 -> +10), and nesting saved no pack on any
+# input measured at 30k-50k samples, so smaller inputs keep best fit on the rest.
 NEST_MIN_ITEMS = 1 << 18
 # levels of nesting: the nested stage nests once more, on rests under NEST_DEEP_MAX_ITEMS (1M samples, 999
 # distinct at 4k +51 -> +43, 0-15 ms; no other row changed, and a third level changed none). On larger rests
