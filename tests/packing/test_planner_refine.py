@@ -35,8 +35,18 @@ def budget(monkeypatch):
     monkeypatch.setattr(refine, "WORK_PER_ITEM", 64)
 
 
-def _bfd_only(lengths, capacity, monkeypatch, **kw):
-    with monkeypatch.context() as m:
+# small inputs for the hypothesis tests that force the stage on
+SMALL_INPUTS = {
+    "lengths": st.lists(st.integers(0, 300), min_size=1, max_size=400),
+    "capacity": st.integers(300, 700),
+    "max_per_pack": st.one_of(st.none(), st.integers(1, 12)),
+    "align": st.sampled_from([1, 8]),
+}
+
+
+def _bfd_only(lengths, capacity, **kw):
+    """Best fit alone (the refinement stage off), the plan the stage must never be worse than."""
+    with pytest.MonkeyPatch.context() as m:
         m.setenv("PACKCFG_PLANNER_REFINE", "off")
         return plan(lengths, capacity, "bfd", **kw)
 
@@ -63,11 +73,11 @@ def _lb(lengths, capacity):
 
 
 @needs_numba
-def test_control_without_the_stage_bfd_misses_the_target(monkeypatch):
+def test_control_without_the_stage_bfd_misses_the_target():
     a = _few_distinct(20_000, 2048, 63)
     lb = _lb(a, 2048)
     assert lb == -(-int(a.sum()) // 2048)
-    assert _bfd_only(a, 2048, monkeypatch).num_packs - lb == 10  # best fit's known gap here
+    assert _bfd_only(a, 2048).num_packs - lb == 10  # best fit's known gap here
 
 
 @needs_numba
@@ -75,10 +85,10 @@ def test_control_without_the_stage_bfd_misses_the_target(monkeypatch):
     ("n", "capacity", "distinct"),
     [(20_000, 2048, 63), (20_000, 2048, 300), (30_000, 4096, 63), (20_000, 2048, 600)],
 )
-def test_the_stage_reaches_the_target_on_hard_inputs(monkeypatch, budget, n, capacity, distinct):
+def test_the_stage_reaches_the_target_on_hard_inputs(budget, n, capacity, distinct):
     """Best fit misses LB + 5 here; the stage lands within it (and stops searching once it does)."""
     a = _few_distinct(n, capacity, distinct)
-    before = _bfd_only(a, capacity, monkeypatch)
+    before = _bfd_only(a, capacity)
     p = plan(a, capacity)
     _check(p, a, capacity)
     lb = _lb(a, capacity)
@@ -96,18 +106,13 @@ def test_without_numba_the_plan_is_best_fits(monkeypatch):
     monkeypatch.setattr(_refine_kernel, "HAVE_NUMBA", False)
     assert not refine.enabled()
     p = plan(a, 2048)
-    want = _bfd_only(a, 2048, monkeypatch)
+    want = _bfd_only(a, 2048)
     assert np.array_equal(p.offsets, want.offsets) and np.array_equal(p.order, want.order)
 
 
 @needs_numba
 @settings(max_examples=60, deadline=None)
-@given(
-    lengths=st.lists(st.integers(0, 300), min_size=1, max_size=400),
-    capacity=st.integers(300, 700),
-    max_per_pack=st.one_of(st.none(), st.integers(1, 12)),
-    align=st.sampled_from([1, 8]),
-)
+@given(**SMALL_INPUTS)
 def test_forced_stage_is_valid_and_never_worse(lengths, capacity, max_per_pack, align):
     """With the target forced to 0 the stage runs on every input: its plan is valid, honours max_per_pack
     and align, and never has more packs than best fit's."""
@@ -118,9 +123,7 @@ def test_forced_stage_is_valid_and_never_worse(lengths, capacity, max_per_pack, 
     finally:
         refine.target = real
     _check(p, p.item_aligned, capacity, max_per_pack)
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("PACKCFG_PLANNER_REFINE", "off")
-        before = plan(lengths, capacity, max_per_pack=max_per_pack, align=align, oversize="truncate")
+    before = _bfd_only(lengths, capacity, max_per_pack=max_per_pack, align=align, oversize="truncate")
     assert p.num_packs <= before.num_packs
 
 
@@ -134,7 +137,7 @@ def test_forced_stage_keeps_dpo_pairs_adjacent(monkeypatch):
     for b in p.bins:
         assert len(b) % 2 == 0
         assert (b[0::2] // 2 == b[1::2] // 2).all()  # chosen and rejected side by side
-    assert p.num_packs <= _bfd_only(a, 2048, monkeypatch, pairs=True, max_per_pack=8).num_packs
+    assert p.num_packs <= _bfd_only(a, 2048, pairs=True, max_per_pack=8).num_packs
 
 
 @needs_numba
@@ -258,7 +261,7 @@ def test_the_patterns_stop_where_best_fit_does_better_on_the_rest(monkeypatch):
         every = plan(a, 4096)
     _check(every, a, 4096)
     assert every.num_packs - lb > 5
-    assert _bfd_only(a, 4096, monkeypatch).num_packs - lb > 5
+    assert _bfd_only(a, 4096).num_packs - lb > 5
 
 
 @needs_numba
@@ -275,7 +278,7 @@ def test_try_one_re_plans_the_big_item_packs_with_slack(monkeypatch):
         loose = plan(a, 2048)
     _check(loose, a, 2048)
     assert loose.num_packs - lb > 5
-    assert p.num_packs <= loose.num_packs <= _bfd_only(a, 2048, monkeypatch).num_packs
+    assert p.num_packs <= loose.num_packs <= _bfd_only(a, 2048).num_packs
 
 
 @needs_numba
@@ -367,13 +370,7 @@ def test_the_nested_stage_re_plans_every_item_where_none_is_big(monkeypatch):
 
 @needs_numba
 @settings(max_examples=40, deadline=None)
-@given(
-    lengths=st.lists(st.integers(0, 300), min_size=1, max_size=400),
-    capacity=st.integers(300, 700),
-    max_per_pack=st.one_of(st.none(), st.integers(1, 12)),
-    align=st.sampled_from([1, 8]),
-    pairs=st.booleans(),
-)
+@given(**SMALL_INPUTS, pairs=st.booleans())
 def test_forced_nested_stage_is_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
     """With the target forced to 0 and nesting on every input, the plan is valid (every item once, within
     capacity, max_per_pack and align honoured, DPO pairs side by side) and never has more packs than best fit."""
@@ -389,10 +386,7 @@ def test_forced_nested_stage_is_valid_and_never_worse(lengths, capacity, max_per
     if pairs:
         for b in p.bins:
             assert len(b) % 2 == 0 and (b[0::2] // 2 == b[1::2] // 2).all()
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("PACKCFG_PLANNER_REFINE", "off")
-        before = plan(lengths, capacity, **kw)
-    assert p.num_packs <= before.num_packs
+    assert p.num_packs <= _bfd_only(lengths, capacity, **kw).num_packs
 
 
 @needs_numba
