@@ -41,6 +41,7 @@ from packcfg.train.forward import (
     per_token_losses,
     sequence_parallel_ready,
     to_device,
+    zero_main_grads,
 )
 from packcfg.train.metrics import StepMetrics
 from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
@@ -158,9 +159,7 @@ def dpo_forward_backward(
     (total,) = all_reduce_sum([sum(counts)], data_context_group())
     denominator = max(int(total), 1)
     device = device or model_device(model)
-    main = [p for p in model.parameters() if p.requires_grad and getattr(p, "main_grad", None) is not None]
-    for p in main:
-        p.main_grad.zero_()
+    zero_main_grads(model)
     local = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss, correct, margin, chosen, rejected (sums)
     for mb, pairs, ref in zip(micro_batches, counts, ref_logps, strict=True):
         mb = to_device(mb, device)

@@ -181,6 +181,14 @@ def sequence_parallel_ready(model: torch.nn.Module, mb: MicroBatch) -> MicroBatc
     return pad_for_sequence_parallel(mb, tp)
 
 
+def zero_main_grads(model: torch.nn.Module) -> None:
+    """Start a step's fp32 main grads at zero (bf16 with `ddp.grad_reduce_in_fp32`: `optim.into_main_grad`
+    adds each micro-batch's gradient into them during backward)."""
+    for p in model.parameters():
+        if p.requires_grad and getattr(p, "main_grad", None) is not None:
+            p.main_grad.zero_()
+
+
 def scaled_loss(loss_sum: Tensor, mb: MicroBatch, tokens: StepTokens) -> Tensor:
     """A micro-batch's share of the step's per-token loss: its summed token losses over the supervised
     tokens of the whole global batch (`tokens`), so the loss does not depend on how tokens are split."""

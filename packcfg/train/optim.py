@@ -40,7 +40,7 @@ def build_optimizer(
         betas=(settings.beta1, settings.beta2),
         eps=settings.eps,
         foreach=False,
-        fused=fused or None,
+        fused=fused,
     )
 
 

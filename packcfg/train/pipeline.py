@@ -45,6 +45,7 @@ from packcfg.train.forward import (  # the PP 1 step's helpers too, so both path
     scaled_loss,
     sequence_parallel_ready,
     to_device,
+    zero_main_grads,
 )
 from packcfg.train.mcore_compat import cpu_current_device, parallel_state, quiet_megatron_import
 from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
@@ -157,9 +158,7 @@ def pipelined_forward_backward(
     micro_batches = [to_device(sequence_parallel_ready(model, mb), device) for mb in micro_batches]
     tokens = count_tokens(micro_batches)
     stages = _Stages(model, device)
-    main = [p for p in model.parameters() if p.requires_grad and getattr(p, "main_grad", None) is not None]
-    for p in main:
-        p.main_grad.zero_()
+    zero_main_grads(model)
     sequence_parallel = bool(getattr(model.config, "sequence_parallel", False))
     local_loss = 0.0
 

@@ -23,6 +23,7 @@ from packcfg.train.forward import (
     scaled_loss,
     sequence_parallel_ready,
     to_device,
+    zero_main_grads,
 )
 from packcfg.train.mcore_compat import cpu_current_device, parallel_state
 from packcfg.train.parallel import all_reduce_sum, data_context_group, finalize_model_grads
@@ -45,10 +46,7 @@ def forward_backward(
         return pipelined_forward_backward(model, micro_batches, use_te=use_te, device=device)
     micro_batches = [sequence_parallel_ready(model, mb) for mb in micro_batches]
     tokens = count_tokens(micro_batches)
-    params = [p for p in model.parameters() if p.requires_grad]
-    main = [p for p in params if getattr(p, "main_grad", None) is not None]
-    for p in main:
-        p.main_grad.zero_()
+    zero_main_grads(model)
     # summed on the device: a float() per micro-batch would make the host wait for the GPU each time
     local_loss = torch.zeros((), dtype=torch.float64, device=device)
     sequence_parallel = bool(getattr(getattr(model, "config", None), "sequence_parallel", False))
