@@ -1,7 +1,8 @@
 """Probe, on a CUDA GPU: does the flash kernel under torch's `varlen_attn` take grouped keys/values as they
 are (GQA without repeating them per query head), forward and backward, on this torch? Prints what it found
 and one timing (fwd+bwd of 16,384 packed tokens, 32/8 heads x 64, bf16): repeated groups through
-`varlen_attn` vs the groups as they are through the same aten kernels. Asserts nothing; exit 0."""
+`varlen_attn` vs the groups as they are through the same aten kernels (packcfg.train.varlen's
+GroupedFlashVarlen). Asserts nothing; exit 0."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import torch
 
 def main() -> None:
     from torch.nn.attention.varlen import varlen_attn
+
+    from packcfg.train.varlen import GroupedFlashVarlen
 
     dev, dt = torch.device("cuda"), torch.bfloat16
     heads, groups, dim = 32, 8, 64
@@ -35,14 +38,11 @@ def main() -> None:
         out.backward(grad)
         return out, qq.grad, kk.grad, vv.grad
 
-    def native() -> tuple[torch.Tensor, ...]:
-        out, lse, seed, offset, _ = torch.ops.aten._flash_attention_forward(
-            q, k, v, cu, cu, longest, longest, 0.0, True, False, scale=scale
-        )
-        dq, dk, dv = torch.ops.aten._flash_attention_backward(
-            grad, q, k, v, out, lse, cu, cu, longest, longest, 0.0, True, seed, offset, scale=scale
-        )
-        return out, dq, dk, dv
+    def native() -> tuple[torch.Tensor, ...]:  # packcfg's path where varlen_attn lacks enable_gqa
+        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+        out = GroupedFlashVarlen.apply(qq, kk, vv, cu, longest, scale)
+        out.backward(grad)
+        return out, qq.grad, kk.grad, vv.grad
 
     print(
         f"- torch {torch.__version__}: varlen_attn keywords {sorted(set(params) - {'query', 'key', 'value'})}"
@@ -51,12 +51,14 @@ def main() -> None:
         ref, mine = repeated(), native()
     except Exception as exc:  # noqa: BLE001 - a probe reports, it does not crash the check
         print(
-            f"- GQA through aten._flash_attention_forward/backward: fails ({type(exc).__name__}: {exc})"[:400]
+            f"- GQA through GroupedFlashVarlen (aten flash fwd/bwd): fails ({type(exc).__name__}: {exc})"[
+                :400
+            ]
         )
         return
     diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(ref, mine, strict=True)]
     print(
-        "- GQA through aten flash fwd/bwd, groups as they are, vs varlen_attn on repeated groups: max |diff| "
+        "- GroupedFlashVarlen (aten flash fwd/bwd, groups as they are) vs varlen_attn on repeated groups: max |diff| "
         + ", ".join(f"{n} {d:.2e}" for n, d in zip(("out", "dq", "dk", "dv"), diffs, strict=True))
     )
 
