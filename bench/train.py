@@ -148,6 +148,7 @@ class Trainer:
     is bf16 (packcfg.train.loop), AdamW, the global per-token loss over the micro-batches."""
 
     def __init__(self, settings, adamw: str = "auto") -> None:
+        self.settings = settings
         self.model = build_model(settings.model, seed=0)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.master = None
@@ -155,6 +156,7 @@ class Trainer:
             self.model.bfloat16()
             self.master = MasterWeights(params, grad_reduce_in_fp32=True)
             params = self.master.master_params
+        self.adamw = adamw
         fused = {"auto": None, "fused": True, "single": False}[adamw]
         self.optimizer = build_optimizer(self.model, settings.optim, params, fused=fused)
 
@@ -168,10 +170,9 @@ class Trainer:
             self.master.master_to_model()
 
 
-def throughput_tables(args: argparse.Namespace) -> Iterator[list[Row]]:
+def throughput_tables(args: argparse.Namespace, trainer: Trainer) -> Iterator[list[Row]]:
     """One table's rows per length mix, as each is measured (a run stopped by a timeout keeps the first)."""
-    settings = TrainSettings.from_config(bench_config(args.preset, args.seq_length))
-    trainer = Trainer(settings, args.adamw)
+    settings = trainer.settings
     for mix in args.mixes:
         rows = []
         rng = np.random.default_rng(0)
@@ -314,6 +315,32 @@ def print_throughput(rows: list[Row], args: argparse.Namespace) -> None:
                 f"{kept:.3f} of the fastest padded layout's computed rate ({worst.layout}; "
                 f"goal 0.95: {'met' if kept >= 0.95 else 'missed'})"
             )
+
+
+def optimizer_table(trainer: Trainer) -> None:
+    """One AdamW step over the preset's parameters (the fp32 masters with bf16), torch's fused kernel
+    against the single-tensor one: the step's fixed cost, which packing spreads over fewer micro-batches
+    than padding does. Run last: the trainer's own moments are dropped to make room."""
+    model = trainer.model
+    params = trainer.master.master_params if trainer.master is not None else list(model.parameters())
+    params = [p for p in params if p.requires_grad]
+    trainer.optimizer = None
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    times = {}
+    for kernel, fused in (("fused", True), ("single-tensor", False)):
+        if DEVICE.type == "cuda":
+            torch.cuda.empty_cache()
+        optimizer = build_optimizer(model, trainer.settings.optim, params, fused=fused)
+        times[kernel] = timed(optimizer.step, repeat=5) * 1e3
+        del optimizer
+    count = sum(p.numel() for p in params)
+    print(
+        f"\n## AdamW step over {count / 1e6:,.1f}M parameters ({params[0].dtype}), best of 5: "
+        + ", ".join(f"{kernel} {ms:.1f} ms" for kernel, ms in times.items())
+        + f" (the throughput tables above ran with --adamw {trainer.adamw})"
+    )
 
 
 def timed(fn: Callable[[], object], repeat: int = 5) -> float:
@@ -531,8 +558,11 @@ def main() -> None:
         f"seq_length {args.seq_length}"
     )
     with distributed():
-        for rows in throughput_tables(args):
+        trainer = Trainer(TrainSettings.from_config(bench_config(args.preset, args.seq_length)), args.adamw)
+        for rows in throughput_tables(args, trainer):
             print_throughput(rows, args)
+        optimizer_table(trainer)
+        del trainer
         if args.profiles:
             if cuda:
                 gpu_attention_profile()

@@ -2,7 +2,11 @@
 are (GQA without repeating them per query head), forward and backward, on this torch? Prints what it found
 and one timing (fwd+bwd of 16,384 packed tokens, 32/8 heads x 64, bf16): repeated groups through
 `varlen_attn` vs the groups as they are through the same aten kernels (packcfg.train.varlen's
-GroupedFlashVarlen). Asserts nothing; exit 0."""
+GroupedFlashVarlen). Then cuDNN's ragged attention (`aten._cudnn_attention_forward` with cu_seqlens, the
+kernel behind nested-tensor SDPA, which torch's `varlen_attn` carries but leaves switched off): does it run,
+with the groups as they are or repeated, does it match the flash kernel, and how fast. On one H100 the cuDNN
+kernel SDPA picks for padded rows took 1.30 ms per 1k tokens against flash varlen's 1.77 (docs/train.md), so
+this says whether a cuDNN varlen method could close that gap. Asserts nothing; exit 0."""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ import torch
 
 
 def main() -> None:
+    if not torch.cuda.is_available():
+        print("- GQA / cuDNN probe: no CUDA device visible; nothing probed")
+        return
     from torch.nn.attention.varlen import varlen_attn
 
     from packcfg.train.varlen import GroupedFlashVarlen
@@ -77,6 +84,32 @@ def main() -> None:
         f"- fwd+bwd, 16,384 tokens in 8 samples: repeated groups {timed(repeated):.2f} ms, "
         f"groups as they are {timed(native):.2f} ms"
     )
+
+    def cudnn(repeat_groups: bool) -> tuple[torch.Tensor, ...]:  # autograd through the aten op's formula
+        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+        kr, vr = (
+            (t.repeat_interleave(heads // groups, dim=1) for t in (kk, vv)) if repeat_groups else (kk, vv)
+        )
+        out = torch.ops.aten._cudnn_attention_forward(
+            qq, kr, vr, None, cu, cu, longest, longest, True, 0.0, True, False, scale=scale
+        )[0]
+        out.backward(grad)
+        return out, qq.grad, kk.grad, vv.grad
+
+    for repeat_groups in (False, True):
+        how = "groups repeated" if repeat_groups else "groups as they are"
+        try:
+            got = cudnn(repeat_groups)
+            diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(mine, got, strict=True)]
+            ms = timed(lambda r=repeat_groups: cudnn(r))
+        except Exception as exc:  # noqa: BLE001 - a probe reports, it does not crash the check
+            print(f"- cuDNN ragged attention, {how}: fails ({type(exc).__name__}: {exc})"[:400])
+            continue
+        print(
+            f"- cuDNN ragged attention, {how}: max |diff| against the flash kernel "
+            + ", ".join(f"{n} {d:.2e}" for n, d in zip(("out", "dq", "dk", "dv"), diffs, strict=True))
+            + f"; fwd+bwd {ms:.2f} ms"
+        )
 
 
 if __name__ == "__main__":
