@@ -9,7 +9,8 @@
 # Writes OUT/report.md (device, versions, test summary, benchmark tables), OUT/tests.log, OUT/junit.xml,
 # OUT/train.log, OUT/plan_memory.log, OUT/bench.log. Exit status: pytest's. The untimed GPU work (a tiny
 # training run, plan's memory check) runs beside the tests; the benchmark runs alone.
-# Env: TEST_TIMEOUT_S (300), PLAN_TIMEOUT_S (150), BENCH_TIMEOUT_S (220), BENCH_ARGS, TINY_BENCH=1.
+# Env: TEST_TIMEOUT_S (300), PLAN_TIMEOUT_S (150), BENCH_TIMEOUT_S (220), BENCH_ARGS, TINY_BENCH=1, and
+# TOTAL_S (470): every timeout is cut to what is left of that, so the whole script ends within 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-.whl}
@@ -17,6 +18,9 @@ out=${2:-${OUT:-gpu-report}}
 mkdir -p "$out"
 report="$out/report.md"
 started=$(date +%s)
+deadline=$(( started + ${TOTAL_S:-470} ))
+# at most $1 seconds, and never past the deadline (at least 1, so that timeout still runs)
+budget() { local left=$(( deadline - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 1 ? left : 1 )) || echo "$1"; }
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore TOKENIZERS_PARALLELISM=false
 
@@ -59,16 +63,16 @@ if found:
     print(f"- torch varlen_attn keywords: {', '.join(sorted(found[1] - {'query', 'key', 'value'}))}")
 PY
 # probe: does the flash kernel under varlen_attn take key/value groups as they are (GQA, no repeat)?
-"$PY" scripts/gpu_probe_gqa.py 2>"$out/probe.log" | tee -a "$report" || say "- GQA probe failed (exit $?; see probe.log)"
+timeout "$(budget 60)" "$PY" scripts/gpu_probe_gqa.py 2>"$out/probe.log" | tee -a "$report" || say "- GQA probe failed (exit $?; see probe.log)"
 
 # ---- beside the tests (nothing here is timed): the tiny recipe end to end on one GPU, bf16 (the fused
 # attention path), then packcfg plan's memory estimate against the executor's measured peak
 run=$(mktemp -d)
 (
-  ( cd "$run" && timeout 120 "$PY" -m packcfg train "$OLDPWD/recipes/tiny_cpu_sft.yaml" --nproc-per-node 1 \
+  ( cd "$run" && timeout "$(budget 120)" "$PY" -m packcfg train "$OLDPWD/recipes/tiny_cpu_sft.yaml" --nproc-per-node 1 \
       model.bf16=true train.train_iters=20 checkpoint.save_interval=10 ) >"$out/train.log" 2>&1
   echo $? >"$out/train.rc"
-  timeout "${PLAN_TIMEOUT_S:-150}" "$PY" bench/plan.py --memory >"$out/plan_memory.log" 2>&1
+  timeout "$(budget "${PLAN_TIMEOUT_S:-150}")" "$PY" bench/plan.py --memory >"$out/plan_memory.log" 2>&1
   echo $? >"$out/plan_memory.rc"
 ) &
 beside=$!
@@ -78,7 +82,7 @@ t0=$(date +%s)
 workers=$(( $(nproc) / 2 )); [ "$workers" -gt 8 ] && workers=8
 xdist=()
 "$PY" -c "import xdist" 2>/dev/null && [ "$workers" -gt 1 ] && xdist=(-n "$workers" --dist loadfile)
-timeout "${TEST_TIMEOUT_S:-300}" "$PY" -m pytest tests/train tests/demo -q -p no:cacheprovider -rfEs \
+timeout "$(budget "${TEST_TIMEOUT_S:-300}")" "$PY" -m pytest tests/train tests/demo -q -p no:cacheprovider -rfEs \
   "${xdist[@]}" --junitxml="$out/junit.xml" >"$out/tests.log" 2>&1
 rc=$?
 tests_s=$(( $(date +%s) - t0 ))
@@ -86,7 +90,7 @@ wait "$beside"
 
 say ""
 say "## Tests (tests/train, tests/demo) on CUDA"
-[ "$rc" = 124 ] && say "(the test run was stopped at ${TEST_TIMEOUT_S:-300} s)"
+[ "$rc" = 124 ] && say "(the test run was stopped by its timeout after $tests_s s)"
 say ""
 say '```'
 grep -E '^(FAILED|ERROR)|passed|failed' "$out/tests.log" | tail -40 | tee -a "$report" >/dev/null
@@ -111,12 +115,12 @@ say "(exit $(cat "$out/plan_memory.rc" 2>/dev/null || echo '?'))"
 # ---- benchmarks, alone on the GPU: 1B-class Llama at seq 4096, bf16 (TINY_BENCH=1: also the tiny preset)
 say ""
 # shellcheck disable=SC2086  # BENCH_ARGS: extra words for bench/train.py (e.g. "--mixes realistic")
-timeout "${BENCH_TIMEOUT_S:-220}" "$PY" bench/train.py --preset 1b --samples 96 --rounds 2 ${BENCH_ARGS:-} >"$out/bench.log" 2>&1 ||
+timeout "$(budget "${BENCH_TIMEOUT_S:-220}")" "$PY" bench/train.py --preset 1b --samples 96 --rounds 2 ${BENCH_ARGS:-} >"$out/bench.log" 2>&1 ||
   say "(bench/train.py --preset 1b stopped: exit $?; see bench.log)"
 cat "$out/bench.log" >>"$report"
 say ""
 if [ "${TINY_BENCH:-0}" = 1 ]; then
-  timeout 60 "$PY" bench/train.py --preset tiny --no-profiles --rounds 2 --samples 64 >"$out/bench_tiny.log" 2>&1 ||
+  timeout "$(budget 60)" "$PY" bench/train.py --preset tiny --no-profiles --rounds 2 --samples 64 >"$out/bench_tiny.log" 2>&1 ||
     say "(bench/train.py --preset tiny stopped: exit $?)"
   cat "$out/bench_tiny.log" >>"$report"
 fi
