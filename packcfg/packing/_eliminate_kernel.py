@@ -8,7 +8,12 @@ An item x is placed by, in order:
 
 - insertion into the pack with the least slack >= x (best fit);
 - a swap through two packs: pack A (slack s_A < x) gives an item a to pack B (slack s_B) and takes a smaller
-  item b from B, with x - s_A <= a - b <= s_B, and then holds x (the pair with the least slack left in B).
+  item b from B, with x - s_A <= a - b <= s_B, and then holds x (the pair with the least slack left in B);
+- gathering: 1-1 swaps into one pack A, each moving a few tokens of slack from another pack into A (A gives a,
+  takes b = a - d from a pack with slack >= d), until A has room for x.
+
+The packs to empty are taken in order of their largest item, smallest first (a pack of small items is the one
+whose items can find room in slack of a few tokens), the loosest first among equals.
 
 State: each pack's items in a doubly linked list; packs bucketed by slack class (min(slack, CLASSES - 1));
 for every (length, slack class) the items of that length in packs of that class, in a doubly linked list,
@@ -272,7 +277,7 @@ def _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, l
     """Make room for x in a pack A with slack < x (and room for one more item) by 1-1 swaps that each move
     slack into A: A gives an item a and takes b = a - d from a pack B with slack >= d (the largest d first,
     at most what A still lacks). A: the loosest packs of two items or more, up to `tries` of them. Returns
-    (A, or -1 where none reaches x; touched, operations)."""
+    (A, or -1 where none reaches x; moves logged, operations)."""
     ops = 0
     c = x - 1 if x - 1 < CLASSES - 1 else CLASSES - 1
     n_tries = 0
@@ -283,7 +288,9 @@ def _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, l
             nxt = pk[P_BNEXT, p]
             if capacity - pk[P_FILL, p] < x and pk[P_COUNT, p] < k_max and pk[P_COUNT, p] >= 2:
                 n_tries += 1
-                n_log, spent, ok = _gather_into(it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, log_from, n_log)
+                n_log, spent, ok = _gather_into(
+                    it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, log_from, n_log
+                )
                 ops += spent
                 if ok:
                     return p, n_log, ops
@@ -294,7 +301,7 @@ def _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, l
 
 @compiled
 def _gather_into(it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, log_from, n_log):  # type: ignore[no-untyped-def]
-    """_gather's swaps into pack p: (touched, operations, whether p now has slack >= x)."""
+    """_gather's swaps into pack p: (moves logged, operations, whether p now has slack >= x)."""
     ops = 0
     while capacity - pk[P_FILL, p] < x:
         need = x - (capacity - pk[P_FILL, p])
@@ -317,9 +324,37 @@ def _gather_into(it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, 
                                 ops += 1
                             if j >= 0:
                                 q = it[I_PACK, j]
-                                n_log, spent = _move(it, pk, chead, gmask, bhead, gid, a, capacity, j, p, log_item, log_from, n_log)
+                                n_log, spent = _move(
+                                    it,
+                                    pk,
+                                    chead,
+                                    gmask,
+                                    bhead,
+                                    gid,
+                                    a,
+                                    capacity,
+                                    j,
+                                    p,
+                                    log_item,
+                                    log_from,
+                                    n_log,
+                                )
                                 ops += spent
-                                n_log, spent = _move(it, pk, chead, gmask, bhead, gid, a, capacity, i, q, log_item, log_from, n_log)
+                                n_log, spent = _move(
+                                    it,
+                                    pk,
+                                    chead,
+                                    gmask,
+                                    bhead,
+                                    gid,
+                                    a,
+                                    capacity,
+                                    i,
+                                    q,
+                                    log_item,
+                                    log_from,
+                                    n_log,
+                                )
                                 ops += spent
                                 found = True
                                 break
@@ -451,21 +486,31 @@ def _eliminate(a, offsets, capacity, k_max, budget, goal, limit, new_order, new_
             p, spent = _insert_target(pk, bhead, capacity, k_max, x)
             ops += spent
             if p < 0:
-                p, ia, ib, spent = _swap_target(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, limit)
+                p, ia, ib, spent = _swap_target(
+                    it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, limit
+                )
                 ops += spent
                 if p >= 0:
                     q = it[I_PACK, ib]
-                    n_log, spent = _move(it, pk, chead, gmask, bhead, gid, a, capacity, ib, p, log_item, log_from, n_log)
+                    n_log, spent = _move(
+                        it, pk, chead, gmask, bhead, gid, a, capacity, ib, p, log_item, log_from, n_log
+                    )
                     ops += spent
-                    n_log, spent = _move(it, pk, chead, gmask, bhead, gid, a, capacity, ia, q, log_item, log_from, n_log)
+                    n_log, spent = _move(
+                        it, pk, chead, gmask, bhead, gid, a, capacity, ia, q, log_item, log_from, n_log
+                    )
                     ops += spent
             if p < 0:
-                p, n_log, spent = _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, log_from, n_log, limit)
+                p, n_log, spent = _gather(
+                    it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, log_from, n_log, limit
+                )
                 ops += spent
             if p < 0:
                 done = False
                 break
-            n_log, spent = _move(it, pk, chead, gmask, bhead, gid, a, capacity, x_item, p, log_item, log_from, n_log)
+            n_log, spent = _move(
+                it, pk, chead, gmask, bhead, gid, a, capacity, x_item, p, log_item, log_from, n_log
+            )
             ops += spent
         if done:
             packs -= 1
