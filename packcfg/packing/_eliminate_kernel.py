@@ -46,6 +46,8 @@ def compiled(fn: Any) -> Any:
 
 # slack classes: 0 .. CLASSES - 2 exact, CLASSES - 1 for every slack from there up (a bit each in a uint64)
 CLASSES = 64
+# packs A a swap looks at, per SWAP_LIMIT (planning/eliminate.py)
+SCAN = 64
 # item fields (rows of `it`) and pack fields (rows of `pk`)
 I_PACK, I_NEXT, I_PREV, I_CNEXT, I_CPREV = 0, 1, 2, 3, 4
 P_HEAD, P_TAIL, P_COUNT, P_FILL, P_BNEXT, P_BPREV, P_CLASS = 0, 1, 2, 3, 4, 5, 6
@@ -226,12 +228,16 @@ def _swap_target(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, limit)
     best_p = -1
     best_left = capacity + 1
     seen = 0
+    looked = 0
     c = x - 1 if x - 1 < CLASSES - 1 else CLASSES - 1
     while c >= 1:
         p = bhead[c]
         while p >= 0:
             s_a = capacity - pk[P_FILL, p]
             ops += 1
+            looked += 1
+            if looked > SCAN * limit:
+                return best_p, best_a, best_b, ops
             if s_a < x and pk[P_COUNT, p] < k_max and x - s_a < CLASSES:
                 i = pk[P_HEAD, p]
                 while i >= 0:
