@@ -456,7 +456,8 @@ def _eliminate(a, offsets, capacity, k_max, budget, goal, limit, new_order, new_
     packs = n_packs
     saved = 0
     next_rank = 0
-    while packs > goal and ops < budget:
+    stop = False
+    while packs > goal and ops < budget and not stop:
         e = -1
         while next_rank < n_packs and e < 0:
             q = ranked[next_rank]
@@ -522,6 +523,7 @@ def _eliminate(a, offsets, capacity, k_max, budget, goal, limit, new_order, new_
             packs -= 1
             saved += 1
         else:
+            stop = True  # the packs come easiest first: the first that cannot be emptied ends the pass
             # restore: the moves undone last first, then E's items back in their order
             for k in range(n_log - 1, -1, -1):
                 i = log_item[k]

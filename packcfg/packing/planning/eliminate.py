@@ -36,7 +36,9 @@ def eliminate(
 
     if budget is None:
         budget = max(OPS_MIN, OPS_PER_ITEM * len(a))
-    order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
+    if packing.order is None:
+        packing.order = packing.build()  # type: ignore[misc]  # kept: the planner would build it again
+    order = packing.order
     result, _ = _eliminate_kernel.eliminate(
         a, order, packing.offsets, capacity, k_max, budget, goal, SWAP_LIMIT
     )
