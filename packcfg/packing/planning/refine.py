@@ -39,9 +39,9 @@ TIGHT_SHIFT = 9
 TIGHT_SHIFTS_LARGE = (9, 10)
 # the pack-eliminating post-pass (planning/eliminate.py) on the stage's plan where it is still above the goal
 # (tests switch it off for a control); below STOP_AT_LB_ITEMS items only where one pack is missing: there its
-# budget (about 1M operations, 3-4 ms) saved at most one pack on any row measured (64k samples: 600 distinct
-# at 2k +6 -> +5; 999 distinct at 2k and 600 / 999 distinct at 32k, +7 to +9, none saved, and the 3-4 ms
-# took 999 distinct at 2k and 32k from about 3x an argsort to 3.5x)
+# budget (about 1M operations) saved at most one pack on any row measured (64k samples: 600 distinct at 2k
+# +6 -> +5; 999 distinct at 2k and 600 / 999 distinct at 32k, +7 to +9, none saved, for 2-4 ms on rows that
+# sit near 3x an argsort)
 POST_PASS = True
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
