@@ -112,7 +112,8 @@ def test_a_broken_post_pass_is_caught(monkeypatch, breakage):
 
     def broken(*args):
         result, ops = real(*args)
-        assert result is not None
+        if result is None:  # not an AssertionError: the control must fail on _check's, not on this
+            pytest.fail("the post-pass saved no pack here")
         order, offsets, fills = result
         offsets = offsets.copy()
         if breakage == "overfill":

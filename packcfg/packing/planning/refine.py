@@ -2,6 +2,9 @@
 of it by minimum bin slack on the length histogram (packing/_refine_kernel.py), as far as that beats best
 fit, and best fit for the rest, and keep that plan if it has fewer packs (docs/packing.md, "Quality").
 
+Where that plan is still above its goal, the pack-eliminating post-pass (planning/eliminate.py) tries to empty
+packs of it by moving their items into the other packs' slack.
+
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
 count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
 Python would cost seconds) and is skipped without it, or with PACKCFG_PLANNER_REFINE=off.
