@@ -279,7 +279,7 @@ def _swap_target(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, limit)
 
 
 @compiled
-def _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, log_from, n_log, tries, reloc):  # type: ignore[no-untyped-def]
+def _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, log_from, n_log, tries):  # type: ignore[no-untyped-def]
     """Make room for x in a pack A with slack < x (and room for one more item) by 1-1 swaps that each move
     slack into A: A gives an item a and takes b = a - d from a pack B with slack >= d (the largest d first,
     at most what A still lacks). A: the loosest packs of two items or more, up to `tries` of them. Returns
@@ -287,7 +287,7 @@ def _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, l
     ops = 0
     c = x - 1 if x - 1 < CLASSES - 1 else CLASSES - 1
     n_tries = 0
-    while c >= (0 if reloc else 1) and n_tries < tries:
+    while c >= 1 and n_tries < tries:
         p = bhead[c]
         while p >= 0 and n_tries < tries:
             ops += 1
@@ -295,21 +295,7 @@ def _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, l
             if capacity - pk[P_FILL, p] < x and pk[P_COUNT, p] < k_max and pk[P_COUNT, p] >= 2:
                 n_tries += 1
                 n_log, spent, ok = _gather_into(
-                    it,
-                    pk,
-                    chead,
-                    gmask,
-                    bhead,
-                    gid,
-                    a,
-                    capacity,
-                    k_max,
-                    x,
-                    p,
-                    log_item,
-                    log_from,
-                    n_log,
-                    reloc,
+                    it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, log_from, n_log
                 )
                 ops += spent
                 if ok:
@@ -320,9 +306,7 @@ def _gather(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, l
 
 
 @compiled
-def _gather_into(
-    it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, p, log_item, log_from, n_log, reloc
-):  # type: ignore[no-untyped-def]
+def _gather_into(it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, log_from, n_log):  # type: ignore[no-untyped-def]
     """_gather's swaps into pack p: (moves logged, operations, whether p now has slack >= x)."""
     ops = 0
     while capacity - pk[P_FILL, p] < x:
@@ -334,19 +318,6 @@ def _gather_into(
             while i >= 0:
                 ops += 1
                 av = a[i]
-                if av == d and reloc:  # a 1-0 move: A's item to another pack with room for it
-                    c_p = pk[P_CLASS, p]
-                    _bucket_unlink(pk, bhead, p)
-                    r, spent = _insert_target(pk, bhead, capacity, k_max, av)
-                    _bucket_link(pk, bhead, p, c_p)
-                    ops += spent
-                    if r >= 0:
-                        n_log, spent = _move(
-                            it, pk, chead, gmask, bhead, gid, a, capacity, i, r, log_item, log_from, n_log
-                        )
-                        ops += spent
-                        found = True
-                        break
                 if av > d:
                     gb = gid[av - d]
                     if gb >= 0:
@@ -404,78 +375,7 @@ def _gather_into(
 
 
 @compiled
-def _shrink_step(it, pk, chead, gmask, gid, a, k_max, top, x, xn, n_pend, fin):  # type: ignore[no-untyped-def]
-    """A packed item y that the unplaced item (length x) and j of the pending items of length xn (j = 0 ..
-    n_pend) can replace: y = x + j * xn - d in a pack with slack >= d (and room for j more items), the
-    largest d (the unplaced mass shrinks most; d < CLASSES), the fewest items j, the tightest pack among
-    equals. Returns (y's item or -1 where none, j, operations)."""
-    ops = 0
-    best = -1
-    best_j = 0
-    best_d = 0
-    best_fin = False
-    for j in range(n_pend + 1):
-        t = x + j * xn
-        d = t - 1 if t - 1 < CLASSES - 1 else CLASSES - 1
-        while d >= 1 and (d > best_d or not best_fin):
-            ops += 1
-            if t - d <= top and (fin[t - d] or not best_fin):
-                gb = gid[t - d]
-                if gb >= 0:
-                    m = gmask[gb] >> np.uint64(d)
-                    while m:
-                        cb = d + _ctz(m)
-                        y = chead[gb * CLASSES + cb]
-                        ops += 1
-                        if pk[P_COUNT, it[I_PACK, y]] + j <= k_max and (fin[t - d] or best < 0):
-                            best = y
-                            best_j = j
-                            best_d = d
-                            best_fin = fin[t - d]
-                            break
-                        m &= ~(np.uint64(1) << np.uint64(cb - d))
-            d -= 1
-    return best, best_j, ops
-
-
-@compiled
-def _shrink(it, pk, chead, gmask, bhead, gid, a, capacity, cur, pend, j, y, log_item, log_from, n_log):  # type: ignore[no-untyped-def]
-    """The unplaced item cur and pend[:j] take packed item y's place (y goes to transit), every move logged.
-    Returns (moves logged, operations)."""
-    q = it[I_PACK, y]
-    log_item[n_log] = y
-    log_from[n_log] = q
-    _remove(it, pk, chead, gmask, gid, a, y)
-    ops = _refresh(it, pk, chead, gmask, bhead, gid, a, capacity, q)
-    n_log, spent = _move(it, pk, chead, gmask, bhead, gid, a, capacity, cur, q, log_item, log_from, n_log + 1)
-    ops += spent
-    for k in range(j):
-        n_log, spent = _move(
-            it, pk, chead, gmask, bhead, gid, a, capacity, pend[k], q, log_item, log_from, n_log
-        )
-        ops += spent
-    return n_log, ops
-
-
-@compiled
-def _eliminate(
-    a,
-    offsets,
-    capacity,
-    k_max,
-    budget,
-    goal,
-    limit,
-    shrink,
-    group,
-    shrink_first,
-    go_on,
-    reloc,
-    use_fin,
-    new_order,
-    new_offsets,
-    new_fills,
-):  # type: ignore[no-untyped-def]
+def _eliminate(a, offsets, capacity, k_max, budget, goal, limit, new_order, new_offsets, new_fills):  # type: ignore[no-untyped-def]
     """The post-pass on the plan whose pack p holds items offsets[p] .. offsets[p + 1] - 1 (lengths a). Stops at `goal` packs, when the
     budget (operations) is spent, or when every pack was tried. Where packs were saved, the new plan is in
     new_order, new_offsets, new_fills (the packs in their old order, less the emptied ones). Returns (packs
@@ -498,11 +398,7 @@ def _eliminate(
     gmask = np.zeros(n_groups, dtype=np.uint64)
     bhead = np.full(CLASSES, -1, dtype=np.int32)
     # the moves of the attempt under way (np.empty: pages are touched only as far as they are written)
-    pend = np.empty(max(group, 1), dtype=np.int32)
-    fin = np.zeros(top + 1, dtype=np.bool_)
-    room = (
-        3 * limit * CLASSES + 3 + group
-    )  # a transit item's moves: a swap, or the gathers' swaps, and its own
+    room = 3 * limit * CLASSES + 3  # a transit item's moves: a swap, or the gathers' swaps, and its own
     log_item = np.empty(n + room, dtype=np.int32)
     log_from = np.empty(n + room, dtype=np.int32)
     transit = np.empty(n, dtype=np.int32)
@@ -587,126 +483,53 @@ def _eliminate(
             ops += 1 + n_transit - j
             i = nx
         _bucket_unlink(pk, bhead, e)
-        if shrink > 0 and use_fin:
-            maxs = 0
-            for c in range(CLASSES - 1, -1, -1):
-                if bhead[c] >= 0:
-                    maxs = c
-                    break
-            for v in range(1, top + 1):
-                f = v <= maxs
-                dd = 1
-                while not f and dd < v and dd < CLASSES:
-                    gb = gid[v - dd]
-                    if gb >= 0 and fin[v - dd] and (gmask[gb] >> np.uint64(dd)) != np.uint64(0):
-                        f = True
-                    dd += 1
-                fin[v] = f
-            ops += top * 8
         done = True
         for t in range(n_transit):
-            cur = transit[t]  # the unplaced item: E's, or one a shrink took out of its pack
-            if it[I_PACK, cur] >= 0:
-                continue  # placed by a shrink, with the item before it
-            steps = 0
-            p = -1
-            while ops < budget and n_log + room <= log_item.shape[0]:
-                x = a[cur]
-                p, spent = _insert_target(pk, bhead, capacity, k_max, x)
-                ops += spent
-                if p < 0:
-                    p, ia, ib, spent = _swap_target(
-                        it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, limit
-                    )
-                    ops += spent
-                    if p >= 0:
-                        q = it[I_PACK, ib]
-                        n_log, spent = _move(
-                            it, pk, chead, gmask, bhead, gid, a, capacity, ib, p, log_item, log_from, n_log
-                        )
-                        ops += spent
-                        n_log, spent = _move(
-                            it, pk, chead, gmask, bhead, gid, a, capacity, ia, q, log_item, log_from, n_log
-                        )
-                        ops += spent
-                if p < 0 and steps < shrink and shrink_first:
-                    n_pend = 0
-                    xn = 0
-                    u = t + 1
-                    while u < n_transit and n_pend < group - 1:
-                        w = transit[u]
-                        u += 1
-                        if it[I_PACK, w] >= 0 or w == cur:
-                            continue
-                        if n_pend > 0 and a[w] != xn:
-                            break
-                        xn = a[w]
-                        pend[n_pend] = w
-                        n_pend += 1
-                    ops += u - t
-                    y, j, spent = _shrink_step(it, pk, chead, gmask, gid, a, k_max, top, x, xn, n_pend, fin)
-                    ops += spent
-                    if y >= 0:
-                        n_log, spent = _shrink(
-                            it,
-                            pk,
-                            chead,
-                            gmask,
-                            bhead,
-                            gid,
-                            a,
-                            capacity,
-                            cur,
-                            pend,
-                            j,
-                            y,
-                            log_item,
-                            log_from,
-                            n_log,
-                        )
-                        ops += spent
-                        cur = y
-                        steps += 1
-                        continue
-                if p < 0:
-                    p, n_log, spent = _gather(
-                        it,
-                        pk,
-                        chead,
-                        gmask,
-                        bhead,
-                        gid,
-                        a,
-                        capacity,
-                        k_max,
-                        x,
-                        log_item,
-                        log_from,
-                        n_log,
-                        limit,
-                        reloc,
-                    )
-                    ops += spent
+            if ops >= budget or n_log + room > log_item.shape[0]:
+                done = False
                 break
+            x_item = transit[t]
+            x = a[x_item]
+            p, spent = _insert_target(pk, bhead, capacity, k_max, x)
+            ops += spent
+            if p < 0:
+                p, ia, ib, spent = _swap_target(
+                    it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, limit
+                )
+                ops += spent
+                if p >= 0:
+                    q = it[I_PACK, ib]
+                    n_log, spent = _move(
+                        it, pk, chead, gmask, bhead, gid, a, capacity, ib, p, log_item, log_from, n_log
+                    )
+                    ops += spent
+                    n_log, spent = _move(
+                        it, pk, chead, gmask, bhead, gid, a, capacity, ia, q, log_item, log_from, n_log
+                    )
+                    ops += spent
+            if p < 0:
+                p, n_log, spent = _gather(
+                    it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, log_item, log_from, n_log, limit
+                )
+                ops += spent
             if p < 0:
                 done = False
                 break
             n_log, spent = _move(
-                it, pk, chead, gmask, bhead, gid, a, capacity, cur, p, log_item, log_from, n_log
+                it, pk, chead, gmask, bhead, gid, a, capacity, x_item, p, log_item, log_from, n_log
             )
             ops += spent
         if done:
             packs -= 1
             saved += 1
         else:
-            stop = not go_on  # the packs come easiest first: the first that cannot be emptied ends the pass
+            stop = True  # the packs come easiest first: the first that cannot be emptied ends the pass
             # restore: the moves undone last first, then E's items back in their order
             for k in range(n_log - 1, -1, -1):
                 i = log_item[k]
                 q = it[I_PACK, i]
-                if q >= 0:  # not the unplaced item a shrink left in transit
-                    _remove(it, pk, chead, gmask, gid, a, i)
-                    ops += _refresh(it, pk, chead, gmask, bhead, gid, a, capacity, q)
+                _remove(it, pk, chead, gmask, gid, a, i)
+                ops += _refresh(it, pk, chead, gmask, bhead, gid, a, capacity, q)
                 if log_from[k] >= 0:
                     _add(it, pk, chead, gmask, gid, a, i, log_from[k])
                     ops += _refresh(it, pk, chead, gmask, bhead, gid, a, capacity, log_from[k])
@@ -742,12 +565,6 @@ def eliminate(
     budget: int,
     goal: int,
     limit: int,
-    shrink: int = 0,
-    group: int = 1,
-    shrink_first: bool = True,
-    go_on: bool = False,
-    reloc: bool = False,
-    use_fin: bool = False,
 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, int]:
     """Run the post-pass on the plan (order, offsets): ((order, offsets, fills) of the new plan, or None where
     no pack was saved; operations spent)."""
@@ -765,12 +582,6 @@ def eliminate(
         int(budget),
         int(goal),
         int(limit),
-        int(shrink),
-        int(group),
-        bool(shrink_first),
-        bool(go_on),
-        bool(reloc),
-        bool(use_fin),
         new_order,
         new_offsets,
         new_fills,
