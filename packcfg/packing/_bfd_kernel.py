@@ -415,6 +415,34 @@ def _counting_order(a, values, group_start, cur, idx):  # type: ignore[no-untype
 INT32_MAX_ITEMS = (int(np.iinfo(np.int32).max) - 4) // 2
 
 
+def pack_counter(capacity: int, k_max: int, n_max: int) -> Any:
+    """count(values, counts) -> the packs of the kernel's best fit on a histogram (values descending) of at
+    most `n_max` items, nothing else: bfd's refinement stage asks this for every cut point it tries (up to
+    ~30 histograms at 64k samples). The work arrays are allocated once for all calls (np.empty: the pages a
+    run touches stay faulted in for the next) and the same dtypes as `grouped_best_fit` passes, so the
+    same compiled specialisation runs; no offsets, fills or item order are built."""
+    ids = np.int32 if n_max <= INT32_MAX_ITEMS else np.int64
+    work = (
+        _bits_layout(int(capacity) + 1),
+        np.empty(int(capacity) + 1, dtype=ids),
+        np.empty((n_max + 2, 5), dtype=ids),
+        np.empty(n_max + 2, dtype=ids),
+        np.empty((2 * n_max + 4, 4), dtype=ids),
+        np.empty(2 * n_max + 4, dtype=ids),
+        np.empty(n_max, dtype=ids),
+        np.empty(n_max, dtype=np.int64),
+        np.empty(n_max, dtype=ids),
+    )
+    capacity, k_max = int(capacity), int(k_max)
+
+    def count(values: np.ndarray, counts: np.ndarray) -> int:
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        return int(_run(values, counts, capacity, k_max, *work))
+
+    return count
+
+
 def grouped_best_fit(
     values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int
 ) -> tuple[np.ndarray, np.ndarray, Any]:
