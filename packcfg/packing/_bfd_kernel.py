@@ -441,6 +441,8 @@ def pack_counter(capacity: int, k_max: int, n_max: int) -> Any:
     def count(values: np.ndarray, counts: np.ndarray) -> int:
         values = np.ascontiguousarray(values, dtype=np.int64)
         counts = np.ascontiguousarray(counts, dtype=np.int64)
+        if int(counts.sum()) > n_max:  # the work arrays hold n_max items (the kernel does not bounds-check)
+            raise ValueError(f"pack_counter: {int(counts.sum())} items, sized for {n_max}")
         return int(_run(values, counts, capacity, k_max, *work))
 
     return count
