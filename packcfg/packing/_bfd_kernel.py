@@ -237,7 +237,8 @@ def _run(  # type: ignore[no-untyped-def]
     assign,
 ):
     """The grouped best fit. Work arrays come from the caller, so their integer width (int32 while ids
-    fit: half the cache footprint of the pointer chasing) picks the compiled specialisation."""
+    fit: half the cache footprint of the pointer chasing) picks the compiled specialisation; an empty
+    `assign` counts the packs without writing the items' packs (pack_counter)."""
     n_groups = values.shape[0]
     smallest = values[n_groups - 1]
     bits = np.zeros(off[-1], dtype=np.uint64)  # remaining capacities 0..capacity that have a level
@@ -246,6 +247,7 @@ def _run(  # type: ignore[no-untyped-def]
     top = np.zeros(4, dtype=np.int64)
 
     slot = 0  # the next item in decreasing-length order (items of a group are taken in order)
+    write = assign.shape[0] > 0  # an empty assign: only the packs are counted (pack_counter)
     next_id = 0
     # chain: a detached list of nodes (head..tail), built per step then handed to `put`
     for g in range(n_groups):
@@ -266,10 +268,11 @@ def _run(  # type: ignore[no-untyped-def]
                     m, qq = _part(part, full, q, rest)
                     if m == 0:
                         continue
-                    for p in range(next_id, next_id + m):
-                        for _ in range(qq):
-                            assign[slot] = p
-                            slot += 1
+                    if write:
+                        for p in range(next_id, next_id + m):
+                            for _ in range(qq):
+                                assign[slot] = p
+                                slot += 1
                     # put((capacity - qq * length, qq), [(next_id, next_id + m)])
                     nr = capacity - qq * length
                     if nr < smallest or qq >= k_max:
@@ -346,7 +349,7 @@ def _run(  # type: ignore[no-untyped-def]
                     lv[sl, _SIZE] -= want
                 # the next qq items go to each pack of the chain, in chain order
                 c = ch_head
-                while c >= 0:
+                while c >= 0 and write:
                     for p in range(nd[c, _S], nd[c, _E]):
                         for _ in range(qq):
                             assign[slot] = p
@@ -413,6 +416,36 @@ def _counting_order(a, values, group_start, cur, idx):  # type: ignore[no-untype
 # every id the kernel stores (pack, node, level slot, item count) is below 2 * n_items + 4: int32 up to
 # here (tests lower it to run the int64 specialisation)
 INT32_MAX_ITEMS = (int(np.iinfo(np.int32).max) - 4) // 2
+
+
+def pack_counter(capacity: int, k_max: int, n_max: int) -> Any:
+    """count(values, counts) -> the packs of the kernel's best fit on a histogram (values descending) of at
+    most `n_max` items, nothing else: bfd's refinement stage asks this for every cut point it tries (up to
+    ~30 histograms at 64k samples). The work arrays are allocated once for all calls (np.empty: the pages a
+    run touches stay faulted in for the next) and the same dtypes as `grouped_best_fit` passes, so the
+    same compiled specialisation runs; no offsets or item order are built (an empty `assign`)."""
+    ids = np.int32 if n_max <= INT32_MAX_ITEMS else np.int64
+    work = (
+        _bits_layout(int(capacity) + 1),
+        np.empty(int(capacity) + 1, dtype=ids),
+        np.empty((n_max + 2, 5), dtype=ids),
+        np.empty(n_max + 2, dtype=ids),
+        np.empty((2 * n_max + 4, 4), dtype=ids),
+        np.empty(2 * n_max + 4, dtype=ids),
+        np.empty(n_max, dtype=ids),
+        np.empty(n_max, dtype=np.int64),
+        np.empty(0, dtype=ids),  # no item order: _run writes none (35% of a count at 64k samples)
+    )
+    capacity, k_max = int(capacity), int(k_max)
+
+    def count(values: np.ndarray, counts: np.ndarray) -> int:
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        if int(counts.sum()) > n_max:  # the work arrays hold n_max items (the kernel does not bounds-check)
+            raise ValueError(f"pack_counter: {int(counts.sum())} items, sized for {n_max}")
+        return int(_run(values, counts, capacity, k_max, *work))
+
+    return count
 
 
 def grouped_best_fit(

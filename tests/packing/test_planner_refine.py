@@ -422,3 +422,130 @@ def test_a_broken_nested_plan_is_caught(monkeypatch):
     monkeypatch.setattr(refine, "refine", lost)
     with pytest.raises(AssertionError):
         _check(plan(a, 8192), a, 8192)
+
+
+def _tries_with_bounds(monkeypatch, lengths, capacity, **kw):
+    """Plan with the skip by bound off, every try run; returns (plan, [(bound says skip, n_kept, best
+    packs before the try, the try's packs or None)]) for the tries that keep packs (1 and 2)."""
+    events: list[list] = []
+    real_bound, real_replan = refine._cannot_improve, refine._replan
+
+    def bound(n_kept, present, counts, capacity, k_max, best_packs):
+        with monkeypatch.context() as m:
+            m.setattr(refine, "SKIP_BY_BOUND", True)
+            skip = real_bound(n_kept, present, counts, capacity, k_max, best_packs)
+        events.append([skip, n_kept, best_packs, None])
+        return real_bound(n_kept, present, counts, capacity, k_max, best_packs)
+
+    def replan(*args):
+        plan_, spent = real_replan(*args)
+        if events and events[-1][3] is None and len(args[0]) < len(lengths):  # the try's re-planned items
+            events[-1][3] = -1 if plan_ is None else len(plan_.offsets) - 1
+        return plan_, spent
+
+    with monkeypatch.context() as m:
+        m.setattr(refine, "SKIP_BY_BOUND", False)
+        m.setattr(refine, "_cannot_improve", bound)
+        m.setattr(refine, "_replan", replan)
+        p = plan(lengths, capacity, **kw)
+    return p, events
+
+
+def _assert_skips_were_hopeless(events):
+    for skip, n_kept, best_packs, packs in events:
+        if skip and packs is not None and packs >= 0:
+            assert n_kept + packs >= best_packs  # the try it would skip had no fewer packs than the best
+
+
+# histograms with items over half the capacity (so that tries 1 and 2 keep packs, and best fit misses the
+# sum bound by enough for the stage to run with its target forced to 0): (capacity, [(length, count)])
+BIG_ITEM_HISTOGRAMS = st.integers(100, 400).flatmap(
+    lambda cap: st.tuples(
+        st.just(cap),
+        st.lists(st.tuples(st.integers(1, cap), st.integers(1, 200)), min_size=2, max_size=12),
+    )
+)
+
+
+@needs_numba
+@settings(max_examples=80, deadline=None)
+@given(BIG_ITEM_HISTOGRAMS, st.one_of(st.none(), st.integers(2, 12)))
+def test_a_try_skipped_by_its_bound_could_not_have_saved_a_pack(histogram, max_per_pack):
+    """SKIP_BY_BOUND skips a try whose kept packs plus LB of the rest reach the best plan so far. With the
+    skip off and the stage forced on, every try the bound would have skipped ends with at least as many
+    packs as the best plan before it (80 examples: the stage ran on about 56, the bound fired on about 19
+    tries, each of which tied the best exactly)."""
+    capacity, pairs = histogram
+    lengths = np.repeat([v for v, _ in pairs], [c for _, c in pairs])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(refine, "target", lambda *a: 0)
+        p, events = _tries_with_bounds(mp, lengths, capacity, max_per_pack=max_per_pack)
+    _check(p, lengths, capacity, max_per_pack)
+    _assert_skips_were_hopeless(events)
+
+
+@needs_numba
+@pytest.mark.parametrize("distinct", [600, 999])
+def test_the_skip_by_bound_drops_try_two_at_2k_and_keeps_the_plan(monkeypatch, distinct):
+    """64k samples at 2k (the rows the skip was made for): the bound skips try 2, which with the skip off
+    (the control) runs and lands more packs than try 1's plan; the plan is the same either way."""
+    a = _few_distinct(64_000, 2048, distinct)
+    p, events = _tries_with_bounds(monkeypatch, a, 2048)
+    assert [e[0] for e in events] == [False, True]
+    skip, n_kept, best_packs, packs = events[1]
+    assert n_kept + packs > best_packs
+    _assert_skips_were_hopeless(events)
+    runs = []
+    real_replan = refine._replan
+    monkeypatch.setattr(refine, "_replan", lambda *args: runs.append(1) or real_replan(*args))
+    skipped = plan(a, 2048)
+    assert len(runs) == 2  # tries 1 and 3; 3 with the skip off
+    assert np.array_equal(skipped.offsets, p.offsets) and np.array_equal(skipped.order, p.order)
+
+
+@needs_numba
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(1, 300), min_size=1, max_size=300),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(300, 700),
+    st.one_of(st.just(1 << 62), st.integers(1, 12)),
+)
+def test_the_reused_pack_counter_counts_what_best_fit_packs(histograms, capacity, k_max):
+    """The cut search's counter (`_bfd_kernel.pack_counter`) keeps its work arrays across calls: each
+    count equals the packs of a fresh best fit run on the same histogram, in any order of sizes."""
+    from packcfg.packing import _bfd_kernel
+
+    count = _bfd_kernel.pack_counter(capacity, k_max, max(len(h) for h in histograms))
+    for lengths in histograms:
+        values, counts = np.unique(lengths, return_counts=True)
+        values, counts = values[::-1].copy(), counts[::-1].copy()
+        offsets, _, _ = _bfd_kernel.grouped_best_fit(values, counts, capacity, k_max)
+        assert count(values, counts) == len(offsets) - 1
+    with pytest.raises(ValueError, match="sized for"):  # more items than its work arrays hold
+        count(np.array([1]), np.array([max(len(h) for h in histograms) + 1]))
+
+
+@needs_numba
+def test_the_bound_keeps_a_try_that_saves_a_pack_at_its_bound(monkeypatch):
+    """A crafted case (found by a random search) where try 1 saves a pack over best fit and lands exactly
+    on its bound (kept packs + LB of the rest = 208, one under best fit's 209): the skip keeps it, and the
+    plan with the skip on has that pack saved. Control: a bound one pack higher would skip it, and the check
+    the hypothesis test runs catches that."""
+    lengths = np.repeat([80, 328, 278, 58, 52], [33, 154, 30, 61, 69])
+    monkeypatch.setattr(refine, "target", lambda *a: 0)
+    off, events = _tries_with_bounds(monkeypatch, lengths, 342)
+    skip, n_kept, best_packs, packs = events[0]
+    assert (skip, best_packs, n_kept + packs, off.num_packs) == (False, 209, 208, 208)
+    on = plan(lengths, 342)
+    _check(on, lengths, 342)
+    assert on.num_packs == 208
+    real = refine.lower_bound
+    monkeypatch.setattr(refine, "lower_bound", lambda *a: real(*a) + 1)
+    _, events = _tries_with_bounds(monkeypatch, lengths, 342)
+    assert events[0] == [True, n_kept, 209, packs]
+    with pytest.raises(AssertionError):
+        _assert_skips_were_hopeless(events)
