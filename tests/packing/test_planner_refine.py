@@ -35,6 +35,11 @@ def budget(monkeypatch):
     monkeypatch.setattr(refine, "WORK_PER_ITEM", 64)
 
 
+# forces the stage on (refine.margin): a target of 0 packs, past the volume check too
+def FORCED(lb):
+    return -lb
+
+
 # small inputs for the hypothesis tests that force the stage on
 SMALL_INPUTS = {
     "lengths": st.lists(st.integers(0, 300), min_size=1, max_size=400),
@@ -116,22 +121,43 @@ def test_without_numba_the_plan_is_best_fits(monkeypatch):
 def test_forced_stage_is_valid_and_never_worse(lengths, capacity, max_per_pack, align):
     """With the target forced to 0 the stage runs on every input: its plan is valid, honours max_per_pack
     and align, and never has more packs than best fit's."""
-    real = refine.target
-    refine.target = lambda *a: 0
-    try:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(refine, "margin", FORCED)
         p = plan(lengths, capacity, max_per_pack=max_per_pack, align=align, oversize="truncate")
-    finally:
-        refine.target = real
     _check(p, p.item_aligned, capacity, max_per_pack)
     before = _bfd_only(lengths, capacity, max_per_pack=max_per_pack, align=align, oversize="truncate")
     assert p.num_packs <= before.num_packs
 
 
 @needs_numba
+def test_forcing_runs_the_stage_where_best_fit_is_near_the_volume_bound(monkeypatch):
+    """The tests that force the stage on do it through `refine.margin` (FORCED): on a small input where best
+    fit lands within 5 packs of ceil(sum / capacity), the check `refine` makes before it computes LB, the
+    stage still runs. Control: forcing the target alone (what those tests did before) leaves it unrun, so
+    they checked best fit's plans, not the stage's."""
+    lengths = np.random.default_rng(5).integers(1, 300, size=300)
+    ran = []
+    real = _refine_kernel.patterns
+    monkeypatch.setattr(_refine_kernel, "patterns", lambda *a: ran.append(1) or real(*a))
+    best_fit = _bfd_only(lengths, 500)
+    assert best_fit.num_packs <= -(-int(lengths.sum()) // 500) + 5
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(refine, "target", lambda *a: 0)
+        plan(lengths, 500)
+    assert not ran
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(refine, "margin", FORCED)
+        p = plan(lengths, 500)
+    assert ran
+    _check(p, lengths, 500)
+    assert p.num_packs <= best_fit.num_packs
+
+
+@needs_numba
 def test_forced_stage_keeps_dpo_pairs_adjacent(monkeypatch):
     rng = np.random.default_rng(3)
     a = rng.choice(rng.integers(1, 900, size=40), size=4000)
-    monkeypatch.setattr(refine, "target", lambda *x: 0)
+    monkeypatch.setattr(refine, "margin", FORCED)
     p = plan(a, 2048, pairs=True, max_per_pack=8)
     _check(p, a, 2048, 8)
     for b in p.bins:
@@ -379,7 +405,7 @@ def test_forced_nested_stage_is_valid_and_never_worse(lengths, capacity, max_per
         lengths = [min(x, capacity // 2 - 8) for x in lengths[: len(lengths) // 2 * 2]] or [1, 1]
         kw.update(oversize="error", max_per_pack=None if max_per_pack is None else max(2, max_per_pack))
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(refine, "target", lambda *a: 0)
+        m.setattr(refine, "margin", FORCED)
         m.setattr(refine, "NEST_MIN_ITEMS", 0)
         p = plan(lengths, capacity, **kw)
     _check(p, p.item_aligned, capacity, kw["max_per_pack"])
@@ -396,7 +422,7 @@ def test_a_broken_nested_plan_is_caught(monkeypatch):
     a = _few_distinct(40_000, 8192, 600)
     real = refine.refine
     monkeypatch.setattr(refine, "NEST_MIN_ITEMS", 0)
-    monkeypatch.setattr(refine, "target", lambda *x: 0)
+    monkeypatch.setattr(refine, "margin", FORCED)
 
     def merged(*args, **kw):
         out = real(*args, **kw)
@@ -473,12 +499,13 @@ BIG_ITEM_HISTOGRAMS = st.integers(100, 400).flatmap(
 def test_a_try_skipped_by_its_bound_could_not_have_saved_a_pack(histogram, max_per_pack):
     """SKIP_BY_BOUND skips a try whose kept packs plus LB of the rest reach the best plan so far. With the
     skip off and the stage forced on, every try the bound would have skipped ends with at least as many
-    packs as the best plan before it (80 examples: the stage ran on about 56, the bound fired on about 19
-    tries, each of which tied the best exactly)."""
+    packs as the best plan before it (80 examples, forced through the target alone: the stage ran on about
+    56, the bound fired on about 19 tries, each of which tied the best exactly; FORCED also passes the
+    volume check)."""
     capacity, pairs = histogram
     lengths = np.repeat([v for v, _ in pairs], [c for _, c in pairs])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(refine, "target", lambda *a: 0)
+        mp.setattr(refine, "margin", FORCED)
         p, events = _tries_with_bounds(mp, lengths, capacity, max_per_pack=max_per_pack)
     _check(p, lengths, capacity, max_per_pack)
     _assert_skips_were_hopeless(events)
@@ -536,7 +563,7 @@ def test_the_bound_keeps_a_try_that_saves_a_pack_at_its_bound(monkeypatch):
     plan with the skip on has that pack saved. Control: a bound one pack higher would skip it, and the check
     the hypothesis test runs catches that."""
     lengths = np.repeat([80, 328, 278, 58, 52], [33, 154, 30, 61, 69])
-    monkeypatch.setattr(refine, "target", lambda *a: 0)
+    monkeypatch.setattr(refine, "margin", FORCED)
     off, events = _tries_with_bounds(monkeypatch, lengths, 342)
     skip, n_kept, best_packs, packs = events[0]
     assert (skip, best_packs, n_kept + packs, off.num_packs) == (False, 209, 208, 208)

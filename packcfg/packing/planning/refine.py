@@ -90,10 +90,16 @@ def lower_bound(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: i
     return max(l2_bound(present[::-1], counts[::-1], capacity), -(-int(counts.sum()) // k_max))
 
 
+def margin(lb: int) -> int:
+    """The packs over LB that bfd may land: max(5, 0.01% LB). Tests force the stage on with `-lb` (a target
+    of 0 packs), which also defeats the volume check that `refine` makes before computing LB."""
+    return max(5, lb // 10_000)
+
+
 def target(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
-    """LB + max(5, 0.01% LB): the packs bfd is held to."""
+    """LB + margin(LB): the packs bfd is held to."""
     lb = lower_bound(present, counts, capacity, k_max)
-    return lb + max(5, lb // 10_000)
+    return lb + margin(lb)
 
 
 def refine(
@@ -140,7 +146,7 @@ def refine(
     stop = goal  # the tries and the cut search stop at a plan with at most this many packs
     if not nested:
         volume = -(-int(np.dot(present, counts)) // capacity)  # LB >= this, so the target is at least as high
-        if packs <= volume + max(5, volume // 10_000):
+        if packs <= volume + margin(volume):
             return packing  # within the target whatever L2 says (most inputs: no L2 to compute)
         goal = target(present, counts, capacity, k_max)
         stop = (
