@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from packcfg.packing import _eliminate_kernel
 from packcfg.packing.planner import plan
 from packcfg.packing.planning import eliminate, refine
-from tests.packing.test_planner_refine import SMALL_INPUTS, _bfd_only, _check, _few_distinct, _lb
+from tests.packing.test_planner_refine import (
+    SMALL_INPUTS,
+    _check,
+    _check_forced,
+    _few_distinct,
+    _lb,
+)
 
 needs_numba = pytest.mark.skipif(not _eliminate_kernel.HAVE_NUMBA, reason="the post-pass needs numba")
 
@@ -76,11 +82,7 @@ def test_forced_post_pass_is_valid_and_never_worse(lengths, capacity, max_per_pa
         m.setattr(refine, "refine", forced)
         p = plan(lengths, capacity, **kw)
     assert calls
-    _check(p, p.item_aligned, capacity, kw["max_per_pack"])
-    if pairs:
-        for b in p.bins:
-            assert len(b) % 2 == 0 and (b[0::2] // 2 == b[1::2] // 2).all()
-    assert p.num_packs <= _bfd_only(lengths, capacity, **kw).num_packs
+    _check_forced(p, lengths, capacity, kw)
 
 
 @needs_numba

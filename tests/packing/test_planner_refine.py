@@ -56,6 +56,18 @@ def _bfd_only(lengths, capacity, **kw):
         return plan(lengths, capacity, "bfd", **kw)
 
 
+def _check_forced(p, lengths, capacity, kw):
+    """A plan made with the stage (or the post-pass) forced on, with plan() keywords `kw`: valid, DPO pairs
+    side by side, never more packs than best fit alone."""
+    _check(p, p.item_aligned, capacity, kw["max_per_pack"])
+    if kw.get("pairs"):
+        for b in p.bins:
+            assert (
+                len(b) % 2 == 0 and (b[0::2] // 2 == b[1::2] // 2).all()
+            )  # chosen and rejected side by side
+    assert p.num_packs <= _bfd_only(lengths, capacity, **kw).num_packs
+
+
 def _check(p, lengths, capacity, max_per_pack=None):
     """Every item exactly once, no pack over the capacity or max_per_pack, fills and stats consistent."""
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -408,11 +420,7 @@ def test_forced_nested_stage_is_valid_and_never_worse(lengths, capacity, max_per
         m.setattr(refine, "margin", FORCED)
         m.setattr(refine, "NEST_MIN_ITEMS", 0)
         p = plan(lengths, capacity, **kw)
-    _check(p, p.item_aligned, capacity, kw["max_per_pack"])
-    if pairs:
-        for b in p.bins:
-            assert len(b) % 2 == 0 and (b[0::2] // 2 == b[1::2] // 2).all()
-    assert p.num_packs <= _bfd_only(lengths, capacity, **kw).num_packs
+    _check_forced(p, lengths, capacity, kw)
 
 
 @needs_numba
