@@ -194,6 +194,16 @@ def _move(it, pk, chead, gmask, bhead, gid, a, capacity, i, p, log_item, log_fro
 
 
 @compiled
+def _swap(it, pk, chead, gmask, bhead, gid, a, capacity, i, j, log_item, log_from, n_log):  # type: ignore[no-untyped-def]
+    """Items i and j trade packs (j's first), both moves logged. Returns (moves logged, ops)."""
+    p = it[I_PACK, i]
+    q = it[I_PACK, j]
+    n_log, ops = _move(it, pk, chead, gmask, bhead, gid, a, capacity, j, p, log_item, log_from, n_log)
+    n_log, spent = _move(it, pk, chead, gmask, bhead, gid, a, capacity, i, q, log_item, log_from, n_log)
+    return n_log, ops + spent
+
+
+@compiled
 def _insert_target(pk, bhead, capacity, k_max, x):  # type: ignore[no-untyped-def]
     """The pack with the least slack >= x and room for one more item (-1 if none), and the operations spent."""
     ops = 0
@@ -328,25 +338,8 @@ def _gather_into(it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, 
                             while j >= 0 and it[I_PACK, j] == p:
                                 j = it[I_CNEXT, j]
                                 ops += 1
-                            if j >= 0:
-                                q = it[I_PACK, j]
-                                n_log, spent = _move(
-                                    it,
-                                    pk,
-                                    chead,
-                                    gmask,
-                                    bhead,
-                                    gid,
-                                    a,
-                                    capacity,
-                                    j,
-                                    p,
-                                    log_item,
-                                    log_from,
-                                    n_log,
-                                )
-                                ops += spent
-                                n_log, spent = _move(
+                            if j >= 0:  # i (in p) gives a, takes b = a - d: d tokens of slack into p
+                                n_log, spent = _swap(
                                     it,
                                     pk,
                                     chead,
@@ -356,7 +349,7 @@ def _gather_into(it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, 
                                     a,
                                     capacity,
                                     i,
-                                    q,
+                                    j,
                                     log_item,
                                     log_from,
                                     n_log,
@@ -497,14 +490,9 @@ def _eliminate(a, offsets, capacity, k_max, budget, goal, limit, new_order, new_
                     it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, limit
                 )
                 ops += spent
-                if p >= 0:
-                    q = it[I_PACK, ib]
-                    n_log, spent = _move(
-                        it, pk, chead, gmask, bhead, gid, a, capacity, ib, p, log_item, log_from, n_log
-                    )
-                    ops += spent
-                    n_log, spent = _move(
-                        it, pk, chead, gmask, bhead, gid, a, capacity, ia, q, log_item, log_from, n_log
+                if p >= 0:  # A (p) gives ia to B and takes the smaller ib: then x fits in A
+                    n_log, spent = _swap(
+                        it, pk, chead, gmask, bhead, gid, a, capacity, ia, ib, log_item, log_from, n_log
                     )
                     ops += spent
             if p < 0:

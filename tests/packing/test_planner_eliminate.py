@@ -92,9 +92,9 @@ def test_the_post_pass_saves_a_pack_where_the_stage_misses_the_target(monkeypatc
     histogram."""
     a = _few_distinct(64_000, 2048, 600)
     lb = _lb(a, 2048)
-    monkeypatch.setattr(refine, "POST_PASS", False)
+    monkeypatch.setenv("PACKCFG_PLANNER_ELIMINATE", "off")
     assert plan(a, 2048).num_packs - lb == 6
-    monkeypatch.setattr(refine, "POST_PASS", True)
+    monkeypatch.delenv("PACKCFG_PLANNER_ELIMINATE")
     p = plan(a, 2048)
     _check(p, a, 2048)
     assert p.num_packs - lb == 5

@@ -1,12 +1,18 @@
 """What every planning algorithm shares: its result (`Packing`, in CSR form), the planner's error, the
-decreasing-length item order, the length histogram and runs of ids."""
+decreasing-length item order, the length histogram, runs of ids, and the switches of bfd's later stages."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+
+def switched_off(variable: str) -> bool:
+    """Whether an environment switch (PACKCFG_PLANNER_REFINE, PACKCFG_PLANNER_ELIMINATE) says off."""
+    return os.environ.get(variable, "").lower() in ("0", "off", "no", "false")
 
 
 class PlanError(ValueError):

@@ -9,11 +9,9 @@ machine.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from packcfg.packing.planning.common import Packing
+from packcfg.packing.planning.common import Packing, switched_off
 
 # operations per item (at least OPS_MIN): a few ms at 64k samples, ~50 ms at 1M (docs/packing.md)
 OPS_PER_ITEM = 16
@@ -25,7 +23,7 @@ SWAP_LIMIT = 8
 def enabled() -> bool:
     """Whether the post-pass may run (PACKCFG_PLANNER_ELIMINATE=off switches it off; the refinement stage,
     which it follows, already needs numba)."""
-    return os.environ.get("PACKCFG_PLANNER_ELIMINATE", "").lower() not in ("0", "off", "no", "false")
+    return not switched_off("PACKCFG_PLANNER_ELIMINATE")
 
 
 def eliminate(

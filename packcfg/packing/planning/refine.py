@@ -12,13 +12,18 @@ Python would cost seconds) and is skipped without it, or with PACKCFG_PLANNER_RE
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from packcfg.packing.planning import eliminate
-from packcfg.packing.planning.common import Packing, concat_ranges, length_histogram, sorted_desc
+from packcfg.packing.planning.common import (
+    Packing,
+    concat_ranges,
+    length_histogram,
+    sorted_desc,
+    switched_off,
+)
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
 # compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
@@ -40,12 +45,6 @@ WORK_MIN = 3_000_000
 # at 64k samples would take 999 distinct at 2k past 3x an argsort)
 TIGHT_SHIFT = 9
 TIGHT_SHIFTS_LARGE = (9, 10)
-# the pack-eliminating post-pass (planning/eliminate.py) on the stage's plan where it is still above the goal
-# (tests switch it off for a control); below STOP_AT_LB_ITEMS items only where one pack is missing: there its
-# budget (about 1M operations) saved at most one pack on any row measured (64k samples: 600 distinct at 2k
-# +6 -> +5; 999 distinct at 2k and 600 / 999 distinct at 32k, +7 to +9, none saved, for 2-4 ms on rows that
-# sit near 3x an argsort)
-POST_PASS = True
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
 # Lengths that take more than this fraction of the values 1..longest (near-continuous, e.g. uniform) skip the
@@ -57,7 +56,7 @@ DENSE_FRACTION = 0.75
 
 def enabled() -> bool:
     """Whether the stage may run: numba importable and not switched off (PACKCFG_PLANNER_REFINE=off)."""
-    if os.environ.get("PACKCFG_PLANNER_REFINE", "").lower() in ("0", "off", "no", "false"):
+    if switched_off("PACKCFG_PLANNER_REFINE"):
         return False
     from packcfg.packing import _refine_kernel
 
@@ -219,10 +218,13 @@ def refine(
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
             best_packs = len(best.offsets) - 1
+    # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal; below
+    # STOP_AT_LB_ITEMS items only where one pack is missing: there its budget (about 1M operations) saved at
+    # most one pack on any row measured (64k samples: 600 distinct at 2k +6 -> +5; 999 distinct at 2k and
+    # 600 / 999 distinct at 32k, +7 to +9, none saved, for 2-4 ms on rows that sit near 3x an argsort)
     if (
         not nested
         and best_packs > stop
-        and POST_PASS
         and eliminate.enabled()
         and (len(a) >= STOP_AT_LB_ITEMS or best_packs - stop <= 1)
     ):
