@@ -60,11 +60,9 @@ def _check_forced(p, lengths, capacity, kw):
     """A plan made with the stage (or the post-pass) forced on, with plan() keywords `kw`: valid, DPO pairs
     side by side, never more packs than best fit alone."""
     _check(p, p.item_aligned, capacity, kw["max_per_pack"])
-    if kw.get("pairs"):
+    if kw.get("pairs"):  # chosen and rejected side by side
         for b in p.bins:
-            assert (
-                len(b) % 2 == 0 and (b[0::2] // 2 == b[1::2] // 2).all()
-            )  # chosen and rejected side by side
+            assert len(b) % 2 == 0 and (b[0::2] // 2 == b[1::2] // 2).all()
     assert p.num_packs <= _bfd_only(lengths, capacity, **kw).num_packs
 
 
@@ -464,12 +462,11 @@ def _tries_with_bounds(monkeypatch, lengths, capacity, **kw):
     events: list[list] = []
     real_bound, real_replan = refine._cannot_improve, refine._replan
 
-    def bound(n_kept, present, counts, capacity, k_max, best_packs):
-        with monkeypatch.context() as m:
-            m.setattr(refine, "SKIP_BY_BOUND", True)
-            skip = real_bound(n_kept, present, counts, capacity, k_max, best_packs)
-        events.append([skip, n_kept, best_packs, None])
-        return real_bound(n_kept, present, counts, capacity, k_max, best_packs)
+    def bound(n_kept, present, counts, capacity, k_max, best_packs):  # records the verdict, runs the try
+        events.append(
+            [real_bound(n_kept, present, counts, capacity, k_max, best_packs), n_kept, best_packs, None]
+        )
+        return False
 
     def replan(*args):
         plan_, spent = real_replan(*args)
@@ -478,7 +475,6 @@ def _tries_with_bounds(monkeypatch, lengths, capacity, **kw):
         return plan_, spent
 
     with monkeypatch.context() as m:
-        m.setattr(refine, "SKIP_BY_BOUND", False)
         m.setattr(refine, "_cannot_improve", bound)
         m.setattr(refine, "_replan", replan)
         p = plan(lengths, capacity, **kw)
