@@ -157,6 +157,7 @@ class Trainer:
             self.master = MasterWeights(params, grad_reduce_in_fp32=True)
             params = self.master.master_params
         self.adamw = adamw
+        self.params = params  # what AdamW updates: the fp32 masters with bf16
         fused = {"auto": None, "fused": True, "single": False}[adamw]
         self.optimizer = build_optimizer(self.model, settings.optim, params, fused=fused)
 
@@ -321,9 +322,7 @@ def optimizer_table(trainer: Trainer) -> None:
     """One AdamW step over the preset's parameters (the fp32 masters with bf16), torch's fused kernel
     against the single-tensor one: the step's fixed cost, which packing spreads over fewer micro-batches
     than padding does. Run last: the trainer's own moments are dropped to make room."""
-    model = trainer.model
-    params = trainer.master.master_params if trainer.master is not None else list(model.parameters())
-    params = [p for p in params if p.requires_grad]
+    params = trainer.params
     trainer.optimizer = None
     for p in params:
         if p.grad is None:
@@ -332,7 +331,7 @@ def optimizer_table(trainer: Trainer) -> None:
     for kernel, fused in (("fused", True), ("single-tensor", False)):
         if DEVICE.type == "cuda":
             torch.cuda.empty_cache()
-        optimizer = build_optimizer(model, trainer.settings.optim, params, fused=fused)
+        optimizer = build_optimizer(trainer.model, trainer.settings.optim, params, fused=fused)
         times[kernel] = timed(optimizer.step, repeat=5) * 1e3
         del optimizer
     count = sum(p.numel() for p in params)
