@@ -16,6 +16,14 @@ import time
 import torch
 
 
+def max_diffs(ref: tuple[torch.Tensor, ...], got: tuple[torch.Tensor, ...]) -> str:
+    """Max |difference| of (out, dq, dk, dv), printed."""
+    return ", ".join(
+        f"{name} {float((a.float() - b.float()).abs().max()):.2e}"
+        for name, a, b in zip(("out", "dq", "dk", "dv"), ref, got, strict=True)
+    )
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         print("- GQA / cuDNN probe: no CUDA device visible; nothing probed")
@@ -63,10 +71,9 @@ def main() -> None:
             ]
         )
         return
-    diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(ref, mine, strict=True)]
     print(
         "- GroupedFlashVarlen (aten flash fwd/bwd, groups as they are) vs varlen_attn on repeated groups: max |diff| "
-        + ", ".join(f"{n} {d:.2e}" for n, d in zip(("out", "dq", "dk", "dv"), diffs, strict=True))
+        + max_diffs(ref, mine)
     )
 
     def timed(fn) -> float:
@@ -100,14 +107,14 @@ def main() -> None:
         how = "groups repeated" if repeat_groups else "groups as they are"
         try:
             got = cudnn(repeat_groups)
-            diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(mine, got, strict=True)]
+            diffs = max_diffs(mine, got)
             ms = timed(lambda r=repeat_groups: cudnn(r))
         except Exception as exc:  # noqa: BLE001 - a probe reports, it does not crash the check
             print(f"- cuDNN ragged attention, {how}: fails ({type(exc).__name__}: {exc})"[:400])
             continue
         print(
             f"- cuDNN ragged attention, {how}: max |diff| against the flash kernel "
-            + ", ".join(f"{n} {d:.2e}" for n, d in zip(("out", "dq", "dk", "dv"), diffs, strict=True))
+            + diffs
             + f"; fwd+bwd {ms:.2f} ms"
         )
 
