@@ -69,6 +69,52 @@ def _price(values, duals, capacity, want):  # type: ignore[no-untyped-def]
     return out[:n], best.max()
 
 
+@_jit
+def _price_limited(values, duals, capacity, k_max, want):  # type: ignore[no-untyped-def]
+    """_price with at most k_max items a pattern (max_per_pack): best[j, c], the largest value with at most j
+    items and weight <= c, over j = 1..k_max; last[j, c] the length that last improved it. Costs k_max times
+    _price's DP; a pattern is read back from each of the `want` best end weights at j = k_max."""
+    best = np.zeros((k_max + 1, capacity + 1))
+    last = np.full((k_max + 1, capacity + 1), -1, dtype=np.int64)
+    for j in range(1, k_max + 1):
+        prev = best[j - 1]
+        cur = best[j]
+        for c in range(capacity + 1):
+            cur[c] = prev[c]  # at most j items includes at most j - 1
+        for i in range(values.shape[0]):
+            v = values[i]
+            y = duals[i]
+            if y <= 0.0:
+                continue
+            for c in range(v, capacity + 1):
+                cand = prev[c - v] + y
+                if cand > cur[c] + 1e-12:
+                    cur[c] = cand
+                    last[j, c] = i
+    top = best[k_max]
+    ends = np.argsort(-top)
+    out = np.zeros((want, values.shape[0]), dtype=np.int64)
+    n = 0
+    for e in range(ends.shape[0]):
+        c = ends[e]
+        if n == want or top[c] <= 1.0 + 1e-9:
+            break
+        if c + 1 <= capacity and top[c + 1] == top[c]:
+            continue  # a heavier end weight reads back the same pattern or one as good
+        j = k_max
+        while j > 0 and c > 0:
+            while j > 0 and last[j, c] < 0:
+                j -= 1  # best[j, c] came from best[j - 1, c]
+            if j == 0:
+                break
+            i = last[j, c]
+            out[n, i] += 1
+            c -= values[i]
+            j -= 1
+        n += 1
+    return out[:n], top.max()
+
+
 def plan_patterns(
     a: np.ndarray, offsets: np.ndarray, order: np.ndarray, values: np.ndarray
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -157,6 +203,7 @@ def cutting_stock_bound(
     time_limit: float = 120.0,
     per_iter: int = 32,
     known: int = 0,
+    max_per_pack: int | None = None,
 ) -> dict:
     """{"lp": the master's optimum at the end (an upper bound on z_LP, equal to it where "exact"), "bound":
     a valid integer lower bound on the packs (the larger of `known`, the volume bound and ceil of Farley's
@@ -181,10 +228,13 @@ def cutting_stock_bound(
         return True
 
     for i in range(n):  # one pattern per length: as many copies as fit (and exist)
-        add(np.array([i]), np.array([min(capacity // int(values[i]), int(demand[i]))]))
+        most = min(capacity // int(values[i]), int(demand[i]))
+        add(np.array([i]), np.array([most if max_per_pack is None else min(most, max_per_pack)]))
     for nz, k in seed_patterns if seed_patterns is not None else ():
         add(np.asarray(nz), np.asarray(k))
     bound = max(known, -(-int(a.sum()) // capacity))
+    if max_per_pack is not None:
+        bound = max(bound, -(-len(a) // max_per_pack))
     capped = False
     master = _Master(demand.astype(float))
     master.add(rows, data)
@@ -194,7 +244,10 @@ def cutting_stock_bound(
     while True:
         it += 1
         z, duals = master.solve()
-        new, value = _price(values.astype(np.int64), duals, int(capacity), per_iter)
+        if max_per_pack is None:
+            new, value = _price(values.astype(np.int64), duals, int(capacity), per_iter)
+        else:
+            new, value = _price_limited(values.astype(np.int64), duals, int(capacity), int(max_per_pack), per_iter)
         # Farley: y / max(1, v_max) is dual feasible, so its objective is a lower bound on the LP whatever the
         # master's accuracy (the duals' own objective, not the master's primal value)
         value = max(float(value), 1.0)

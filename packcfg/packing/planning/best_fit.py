@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from packcfg.packing.planning import refine
+from packcfg.packing.planning import refine, slots
 from packcfg.packing.planning.common import Packing, concat_ranges, length_histogram, sorted_desc
 
 # Which path plans bfd/histogram follows measured cost (docs/packing.md, "The bfd kernel"):
@@ -91,7 +91,7 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
     present, counts = length_histogram(a)
     packing = _grouped_best_fit(a, capacity, max_per_pack, present, counts)
-    return refine.refine(
+    packing = refine.refine(
         a,
         capacity,
         k_max,
@@ -101,6 +101,11 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
         lambda rest: _rest_best_fit(rest, capacity, max_per_pack),
         load_kernel,
         _pack_counter(capacity, k_max, len(a)),
+    )
+    if max_per_pack is None:
+        return packing
+    return slots.improve(
+        a, capacity, k_max, present, counts, packing, refine.target(present, counts, capacity, k_max)
     )
 
 
