@@ -247,7 +247,9 @@ def cutting_stock_bound(
         if max_per_pack is None:
             new, value = _price(values.astype(np.int64), duals, int(capacity), per_iter)
         else:
-            new, value = _price_limited(values.astype(np.int64), duals, int(capacity), int(max_per_pack), per_iter)
+            new, value = _price_limited(
+                values.astype(np.int64), duals, int(capacity), int(max_per_pack), per_iter
+            )
         # Farley: y / max(1, v_max) is dual feasible, so its objective is a lower bound on the LP whatever the
         # master's accuracy (the duals' own objective, not the master's primal value)
         value = max(float(value), 1.0)

@@ -26,8 +26,12 @@ max(ceil(sum / cap), L2) + max(5, 0.01%), before (best fit alone, PACKCFG_PLANNE
 refinement stage, with both times; with --lp-bound SECONDS, where bfd misses that target, also the cutting-stock
 LP bound (bench/lp_bound.py: Gilmore-Gomory column generation, needs SciPy; bench only, never the planner).
 
+Then (--per-pack-only) bfd with max_per_pack, its slot-balanced plan on and off, and with --lp-bound the LP
+with the item limit.
+
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
        [--long-only] [--few-only] [--ratio-only [--ratio-n 64000,1000000] [--no-cold] [--lp-bound SECONDS]]
+       [--per-pack-only [--per-pack-n N] [--lp-bound SECONDS]]
        [--long-n N]
        [--with-python] [--repeat K]
 """
@@ -888,6 +892,94 @@ def _lp_columns(a: np.ndarray, cap: int, p, lb: int, target: int, seconds: float
     return [f"{tag}{r['lp']:,.2f}", f"{r['bound']:,}", f"{over:+d} {ok}", f"{r['seconds']:.0f}"]
 
 
+PER_PACK_ROWS = (
+    # (distribution, capacity, max_per_pack): realistic mixes where 8 or 16 a pack binds, and few distinct
+    # lengths with a tight limit
+    ("realish", 2048, 8),
+    ("realish", 2048, 16),
+    ("realish", 4096, 16),
+    ("lognormal", 4096, 8),
+    ("lognormal", 8192, 16),
+    ("600 distinct", 2048, 4),
+    ("600 distinct", 2048, 8),
+    ("999 distinct", 2048, 6),
+)
+
+
+def per_pack_table(n: int, lp: float) -> None:
+    """bfd with max_per_pack: packs over LB with the slot-balanced plan (planning/slots.py) and without it
+    (PACKCFG_PLANNER_SLOTS=off), warm CPU ms against one argsort; with `lp` seconds, the cutting-stock LP
+    with the item limit (bench/lp_bound.py), which shows whether a gap is the plan's or LB's."""
+    from packcfg.packing.planning.refine import lower_bound
+
+    load_kernel()
+    rows = []
+    for dist, cap, k in PER_PACK_ROWS:
+        if dist.endswith("distinct"):
+            a = few_distinct_lengths(n, cap, int(dist.split()[0]))
+        else:
+            a = long_lengths(dist, n, cap) if cap > 2048 else np.minimum(realish_lengths(n), cap)
+        values, counts = np.unique(a, return_counts=True)
+        lb = lower_bound(values[::-1], counts[::-1], cap, k)
+        t_sort, _ = _best_of(lambda: np.argsort(a, kind="stable"), 5)  # noqa: B023
+        t_on, p = _best_of(lambda: plan(a, cap, "bfd", max_per_pack=k), 3)  # noqa: B023
+        os.environ["PACKCFG_PLANNER_SLOTS"] = "off"
+        try:
+            t_off, q = _best_of(lambda: plan(a, cap, "bfd", max_per_pack=k), 3)  # noqa: B023
+        finally:
+            del os.environ["PACKCFG_PLANNER_SLOTS"]
+        row = [
+            dist,
+            f"{n:,}",
+            str(cap),
+            str(k),
+            f"{lb:,}",
+            f"+{q.num_packs - lb:,} ({100 * (q.num_packs - lb) / lb:.1f}%)",
+            f"+{p.num_packs - lb:,} ({100 * (p.num_packs - lb) / lb:.2f}%)",
+            f"{t_off * 1e3:.1f} / {t_on * 1e3:.1f}",
+            f"{t_on / t_sort:.1f}x",
+        ]
+        if lp:
+            from lp_bound import cutting_stock_bound, plan_patterns
+
+            r = cutting_stock_bound(
+                a,
+                cap,
+                plan_patterns(a, p.offsets, p.order, values),
+                time_limit=lp,
+                known=lb,
+                max_per_pack=k,
+            )
+            tag = "" if r["exact"] else ("<= " if r["capped"] else "~")
+            row += [f"{tag}{r['lp']:,.2f}", f"+{p.num_packs - r['bound']:,}", f"{r['seconds']:.0f}"]
+        rows.append(row)
+        print(".", end="", file=sys.stderr, flush=True)
+    print(f"\n## bfd with max_per_pack, N = {n:,}\n")
+    header = [
+        "lengths",
+        "N",
+        "cap",
+        "per pack",
+        "LB",
+        "without slots",
+        "bfd",
+        "ms without / with",
+        "x argsort",
+    ]
+    print_table(header + (["LP master", "over LP bound", "LP s"] if lp else []), rows)
+    print(
+        "\nLB: max(ceil(sum / cap), L2, items / max_per_pack); without slots: PACKCFG_PLANNER_SLOTS=off (best "
+        "fit and the refinement stage); ms: warm CPU, best of 3; x argsort: bfd against one np.argsort of the "
+        "lengths."
+        + (
+            " LP: the cutting-stock LP with at most max_per_pack items a pattern ('<=': the master fell to LB, "
+            "so LB is what the LP gives; '~': stopped by the time limit)."
+            if lp
+            else ""
+        )
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: 100k / 1M / 100k")
@@ -916,6 +1008,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="--ratio-only: where bfd misses the target, also the cutting-stock LP bound (at most SECONDS a row)",
     )
+    ap.add_argument(
+        "--per-pack-only",
+        action="store_true",
+        help="only bfd with max_per_pack (slot-balanced plan on and off; --lp-bound adds the LP with the limit)",
+    )
+    ap.add_argument("--per-pack-n", type=int, default=64_000, help="samples per --per-pack-only row")
     ap.add_argument("--with-python", action="store_true", help="long rows: also time bfd's pure-Python path")
     ap.add_argument(
         "--repeat", type=int, default=3, help="end-to-end runs per step (the table shows the min)"
@@ -934,6 +1032,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.few_only:
         few_distinct_table((30_000, 64_000))
+        return 0
+    if args.per_pack_only:
+        if args.lp_bound and importlib.util.find_spec("scipy") is None:
+            print("bench/packing.py: --lp-bound needs SciPy (pip install scipy)", file=sys.stderr)
+            return 2
+        per_pack_table(args.per_pack_n, args.lp_bound)
         return 0
     if args.ratio_only:
         if args.lp_bound and importlib.util.find_spec("scipy") is None:

@@ -133,7 +133,12 @@ def _plan(values, counts, capacity, k_max, item_g, offsets):  # type: ignore[no-
                 best = largest
                 bx = -1
                 by = -1
-                x = _prev(prv, n - 1)
+                # every x <= room - largest pairs with the largest item, so of those only the longest counts:
+                # the scan starts there (dense lengths with room to spare cost a scan of every length else)
+                g_a = _first_le(values, room - largest)
+                x = _next(nxt, g_a) if g_a < n else n
+                if x == n:
+                    x = _prev(prv, n - 1)
                 while x >= 0 and 2 * values[x] <= room:
                     y = _next(nxt, _first_le(values, room - values[x]))
                     if y == x and counts[x] < 2:
