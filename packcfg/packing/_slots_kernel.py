@@ -1,17 +1,18 @@
 """Compiled (numba) kernel of bfd's slot-balanced plan (`planning.slots`): packs built one at a time on the
 length histogram where `max_per_pack` binds.
 
-A pack starts with the largest item left. Its other items are chosen so that the pack uses about as many of
-its `max_per_pack` slots as the items left need per pack (items left / the packs their volume fills): while
-more than two of those slots are to go, the smallest item that still lets the slots after it fill the room
-(room - x <= (slots after it) x the largest item that fits); with two to go, the pair that fills the room best;
-with one, the largest item that fits. Best fit decreasing instead fills packs with the large items first and
-leaves the small items, many to a pack, for packs of their own that run out of slots long before they run out
-of room (realistic mixes with 8 per pack: 16-23% more packs than LB, where the cutting-stock LP with the
-item limit reaches LB; docs/packing.md, "Packs with max_per_pack").
+A pack starts with the largest item left. Its other items are chosen so that the pack holds about as many
+items as the items left need per pack (items left / the packs their volume fills, plus `lean`, floored;
+planning/slots.py runs a few values): while more than two of those are to go, the smallest item that still
+lets the ones after it fill the room (room - x <= (items after it) x the largest item that fits); with two to
+go, a pair that fills the room exactly where one is found among the first `exact_tries` lengths x (y looked up
+by its length), else the pair that fills it best among the first PAIR_TRIES; with one, the largest item that
+fits. Best fit decreasing instead fills packs with the large items first and leaves the small items, many to a
+pack, for packs of their own that run out of slots long before they run out of room (docs/packing.md, "Packs
+with max_per_pack").
 
-Groups are the histogram's distinct lengths, descending; emptied groups are skipped through two
-union-find arrays (the next non-empty group at or after g, the previous at or before g).
+Groups are the histogram's distinct lengths, descending; emptied groups are skipped through two union-find
+arrays (the next non-empty group at or after g, the previous at or before g).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ import numpy as np
 from packcfg.packing._bfd_kernel import HAVE_NUMBA, compiled
 
 __all__ = ["HAVE_NUMBA", "assign", "plan"]
+
+
+# lengths x the best-pair search tries a pack (each with a bisection for the largest y <= room - x): 64k
+# samples, realistic mix at 2k with 8 per pack, 7.4 ms with no limit, 4.5 ms with 64 (same packs), 2.5 ms
+# with 16 (+10 packs of 14,717)
+PAIR_TRIES = 32
 
 
 @compiled
@@ -74,9 +81,13 @@ def _take(counts, nxt, prv, g):  # type: ignore[no-untyped-def]
 
 
 @compiled
-def _plan(values, counts, capacity, k_max, item_g, offsets):  # type: ignore[no-untyped-def]
+def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries):  # type: ignore[no-untyped-def]
     """Fill item_g (each item's group, pack after pack) and offsets; return the packs."""
     n = values.shape[0]
+    by_len = np.full(capacity + 1, -1, dtype=np.int64)  # each length's group, -1 where none
+    for g in range(n):
+        if values[g] <= capacity:
+            by_len[values[g]] = g
     nxt = np.arange(n + 1)
     prv = np.arange(n + 1)  # prv[g + 1]: group g; prv[0]: none
     for g in range(n):
@@ -100,11 +111,11 @@ def _plan(values, counts, capacity, k_max, item_g, offsets):  # type: ignore[no-
         v_left -= values[top]
         room = capacity - values[top]
         slots = k_max - 1
-        # slots this pack should use: the items left per pack their volume fills
+        # the items this pack aims at besides its first: the items left per pack their volume fills, + lean
         aim = 0
         if n_left > 0:
             per = n_left / max(1.0, v_left / capacity)
-            aim = int(per + 0.5)
+            aim = int(per + lean)
             if aim < 1:
                 aim = 1
             if aim > slots:
@@ -128,18 +139,33 @@ def _plan(values, counts, capacity, k_max, item_g, offsets):  # type: ignore[no-
                     if g_small >= g_max:
                         g = g_small
             else:
-                # two slots to go: the pair that fills the room best: x ascending (from the smallest length), y the largest
-                # length <= room - x (not x itself unless two are left)
+                # two to go: x ascending, y the largest length <= room - x (x itself only where two are left)
                 best = largest
                 bx = -1
                 by = -1
                 # every x <= room - largest pairs with the largest item, so of those only the longest counts:
                 # the scan starts there (dense lengths with room to spare cost a scan of every length else)
                 g_a = _first_le(values, room - largest)
-                x = _next(nxt, g_a) if g_a < n else n
-                if x == n:
-                    x = _prev(prv, n - 1)
-                while x >= 0 and 2 * values[x] <= room:
+                start = _next(nxt, g_a) if g_a < n else n
+                if start == n:
+                    start = _prev(prv, n - 1)
+                # an exact pair first, y looked up by its length (a lookup a length x)
+                x = start
+                tries = 0
+                while x >= 0 and 2 * values[x] <= room and tries < exact_tries:
+                    tries += 1
+                    gy = by_len[room - values[x]]
+                    if gy >= 0 and counts[gy] > (1 if gy == x else 0):
+                        best = room
+                        bx = x
+                        by = gy
+                        break
+                    x = _prev(prv, x - 1) if x > 0 else -1
+                # else the pair that fills the room best among the first PAIR_TRIES lengths x
+                x = start if bx < 0 else -1
+                tries = 0
+                while x >= 0 and 2 * values[x] <= room and tries < PAIR_TRIES:
+                    tries += 1
                     y = _next(nxt, _first_le(values, room - values[x]))
                     if y == x and counts[x] < 2:
                         y = _next(nxt, x + 1)
@@ -187,7 +213,9 @@ def _assign(item_g, group_start, idx, order):  # type: ignore[no-untyped-def]
         taken[g] += 1
 
 
-def plan(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
+def plan(
+    values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, lean: float, exact_tries: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, item_g): the slot-balanced packs of the histogram (values descending), each item as its
     group."""
     values = np.ascontiguousarray(values, dtype=np.int64)
@@ -195,7 +223,7 @@ def plan(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> t
     n_items = int(left.sum())
     item_g = np.empty(n_items, dtype=np.int64)
     offsets = np.empty(n_items + 1, dtype=np.int64)
-    packs = _plan(values, left, int(capacity), int(k_max), item_g, offsets)
+    packs = _plan(values, left, int(capacity), int(k_max), item_g, offsets, float(lean), int(exact_tries))
     return offsets[: packs + 1].copy(), item_g
 
 

@@ -45,10 +45,11 @@ GOLDEN = {
     "bfd:1:3000:4096": "37dd9ddd5069ad6a",
     "bfd:2:20000:32768": "9ad12a3985ca9f4d",
     "bfd:3:500:300": "fd90733d7532f83a",
-    # the slot-balanced plan where max_per_pack binds (planning/slots.py): 709 -> 582 packs, 4,755 -> 3,882,
-    # 123 -> 102 (LB 524, 3,523, 97); with PACKCFG_PLANNER_SLOTS=off the old digests hold
-    "bfd_align_k:1:3000:4096": "0c2b4aee3b0b3231",
-    "bfd_align_k:2:20000:32768": "aa8a73b742a71278",
+    # the slot-balanced plan where max_per_pack binds (planning/slots.py) and the slot bound in LB: 709 -> 554
+    # packs (LB 553), 4,755 -> 3,702 (3,697), 123 -> 102 (98); with PACKCFG_PLANNER_SLOTS=off: aca2079d8acf0652,
+    # 9cc09523a95e5909 and f0a81ee01c908dc3 as before
+    "bfd_align_k:1:3000:4096": "8bb5f643adfc01b0",
+    "bfd_align_k:2:20000:32768": "fcfa71b73a4f283d",
     "bfd_align_k:3:500:300": "1033d4a2df532e7b",
     "histogram:1:3000:4096": "2b686e85ab402835",
     "histogram:2:20000:32768": "57f786014f69ac84",

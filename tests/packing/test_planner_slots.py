@@ -43,12 +43,13 @@ def _without_slots(a, capacity, **kw):
     capacity=st.integers(64, 4096),
     k_max=st.integers(1, 12),
     seed=st.integers(0, 2**16),
+    variant=st.sampled_from(slots.VARIANTS),
 )
-def test_kernel_plans_every_item_once_within_capacity_and_slots(counts, capacity, k_max, seed):
+def test_kernel_plans_every_item_once_within_capacity_and_slots(counts, capacity, k_max, seed, variant):
     rng = np.random.default_rng(seed)
     values = np.sort(rng.choice(np.arange(1, capacity + 1), size=len(counts), replace=False))[::-1]
     counts = np.array(counts, dtype=np.int64)
-    offsets, item_g = _slots_kernel.plan(values, counts, capacity, k_max)
+    offsets, item_g = _slots_kernel.plan(values, counts, capacity, k_max, *variant)
     assert offsets[0] == 0 and offsets[-1] == counts.sum() == len(item_g)
     assert np.array_equal(np.bincount(item_g, minlength=len(counts)), counts)
     if len(item_g):
@@ -124,3 +125,44 @@ def test_forcing_really_runs_the_slot_plan(monkeypatch):
         _check(p, p.item_aligned, 500, k)
         taken += p.num_packs < _without_slots(a, 500, max_per_pack=k, oversize="truncate").num_packs
     assert taken >= 5
+
+
+def _optimum(lengths: list[int], capacity: int, k_max: int) -> int:
+    """The fewest packs of a few items (at most 9), by dynamic programming over subsets."""
+    n = len(lengths)
+    fits = [
+        sum(lengths[i] for i in range(n) if s >> i & 1) <= capacity and bin(s).count("1") <= k_max
+        for s in range(1 << n)
+    ]
+    best = [0] + [n + 1] * ((1 << n) - 1)
+    for s in range(1, 1 << n):
+        low = s & -s  # the pack holding the lowest item: enumerate the subsets of s that contain it
+        sub = s
+        while sub:
+            if sub & low and fits[sub]:
+                best[s] = min(best[s], best[s ^ sub] + 1)
+            sub = (sub - 1) & s
+    return best[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 40), min_size=1, max_size=9),
+    capacity=st.integers(40, 80),
+    k_max=st.integers(1, 5),
+)
+def test_the_slot_bound_never_exceeds_the_optimum(lengths, capacity, k_max):
+    values, counts = np.unique(lengths, return_counts=True)
+    opt = _optimum(lengths, capacity, k_max)
+    assert refine.slot_bound(values, counts, capacity, k_max) <= opt
+    assert refine.lower_bound(values[::-1], counts[::-1], capacity, k_max) <= opt
+
+
+def test_the_slot_bound_counts_items_that_leave_room_for_few_others():
+    """Two items of the full capacity each take a pack; the six short ones need two more at 3 a pack: 4, where
+    the volume (26 / 10), the item count (8 / 3) and L2 give 3."""
+    lengths = [10, 10, 1, 1, 1, 1, 1, 1]
+    values, counts = np.unique(lengths, return_counts=True)
+    assert refine.slot_bound(values, counts, 10, 3) == 4 == _optimum(lengths, 10, 3)
+    assert refine.l2_bound(values, counts, 10) == 3 and -(-len(lengths) // 3) == 3
+    assert plan(lengths, 10, max_per_pack=3).stats["packs"] == 4

