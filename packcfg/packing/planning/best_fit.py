@@ -84,14 +84,18 @@ def load_kernel() -> bool:
 
 def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> Packing:
     """Best-fit decreasing on the length histogram, then, where that lands more than LB + max(5, 0.01% LB)
-    packs, the refinement stage (planning/refine.py), whose plan is kept only if it has fewer packs.
+    packs: with max_per_pack, the slot-balanced plan (planning/slots.py), then the refinement stage
+    (planning/refine.py) where that is still over; each plan is kept only if it has fewer packs.
     The stage loads numba for its own kernel (about 0.5 s of CPU from the cache); it loads bfd's compiled
     kernel too, which then costs only 20-30 ms more, so the stage's best fit on leftovers and every later
     plan take the kernel (1-2 ms where the Python path costs 10-20 ms on a few hundred distinct lengths)."""
     k_max = max_per_pack if max_per_pack is not None else 1 << 62
     present, counts = length_histogram(a)
     packing = _grouped_best_fit(a, capacity, max_per_pack, present, counts)
-    packing = refine.refine(
+    if max_per_pack is not None:  # the slot-balanced plan first: where it lands within the goal, no stage
+        goal = refine.target(present, counts, capacity, k_max)
+        packing = slots.improve(a, capacity, k_max, present, counts, packing, goal)
+    return refine.refine(
         a,
         capacity,
         k_max,
@@ -101,11 +105,6 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
         lambda rest: _rest_best_fit(rest, capacity, max_per_pack),
         load_kernel,
         _pack_counter(capacity, k_max, len(a)),
-    )
-    if max_per_pack is None:
-        return packing
-    return slots.improve(
-        a, capacity, k_max, present, counts, packing, refine.target(present, counts, capacity, k_max)
     )
 
 
