@@ -902,6 +902,7 @@ PER_PACK_ROWS = (
     ("lognormal", 8192, 16),
     ("600 distinct", 2048, 4),
     ("600 distinct", 2048, 8),
+    ("600 distinct", 4096, 8),
     ("999 distinct", 2048, 6),
 )
 

@@ -102,6 +102,83 @@ def _bits_dp(values, counts, lo, n_groups, room, stages, ch_g, ch_n):  # type: i
 
 
 @compiled
+def _bits_dp_limited(values, counts, lo, n_groups, room, q, stages, ch_g, ch_n):  # type: ignore[no-untyped-def]
+    """_bits_dp with at most q items: one bitset per item count (stages[chunk, j] holds the sums of j items
+    reachable after the chunks before), chunks as there (a chunk of m items moves a sum from j to j + m
+    items). Returns (best sum <= room over every count, chunks, words written)."""
+    n_words = (room >> 6) + 1
+    for j in range(q + 1):
+        for i in range(n_words):
+            stages[0, j, i] = 0
+    stages[0, 0, 0] = 1
+    n_ch = 0
+    work = 0
+    done = False
+    for g in range(lo, n_groups):
+        v = values[g]
+        c = counts[g]
+        if v == 0 or c == 0:
+            continue
+        most = room // v
+        if c > most:
+            c = most
+        if c > q:
+            c = q
+        size = 1
+        while c > 0 and not done:
+            if size > c:
+                size = c
+            c -= size
+            if n_ch + 1 >= stages.shape[0]:
+                done = True
+                break
+            w = size * v
+            qw = w >> 6
+            r = w & 63
+            for j in range(q + 1):
+                dst = stages[n_ch + 1, j]
+                src = stages[n_ch, j]
+                for i in range(n_words):
+                    dst[i] = src[i]
+                if j < size:
+                    continue
+                low = stages[n_ch, j - size]
+                if r == 0:
+                    for i in range(qw, n_words):
+                        dst[i] |= low[i - qw]
+                else:
+                    if qw < n_words:
+                        dst[qw] |= low[0] << np.uint64(r)
+                    for i in range(qw + 1, n_words):
+                        dst[i] |= (low[i - qw] << np.uint64(r)) | (low[i - qw - 1] >> np.uint64(64 - r))
+            work += n_words * (q + 1)
+            ch_g[n_ch] = g
+            ch_n[n_ch] = size
+            n_ch += 1
+            size <<= 1
+            for j in range(q + 1):
+                if (stages[n_ch, j, room >> 6] >> np.uint64(room & 63)) & np.uint64(1):
+                    done = True
+        if done:
+            break
+    best = 0
+    for j in range(q + 1):
+        last = stages[n_ch, j]
+        i = room >> 6
+        word = last[i] & (_ALL >> np.uint64(63 - (room & 63)))
+        while word == 0 and i > 0 and (i << 6) + 63 > best:
+            i -= 1
+            word = last[i]
+        if word:
+            b = 63
+            while not (word >> np.uint64(b)) & np.uint64(1):
+                b -= 1
+            if (i << 6) + b > best:
+                best = (i << 6) + b
+    return best, n_ch, work
+
+
+@compiled
 def _patterns(
     values,
     counts,
@@ -116,11 +193,15 @@ def _patterns(
     stages,
     ch_g,
     ch_n,
+    lstages,
 ):  # type: ignore[no-untyped-def]
     """Minimum bin slack over the histogram (values descending, counts). Fills pat_k (packs per pattern),
     pat_end (end of each pattern's entries), ent_g / ent_n (group and items per pack); `counts` ends as
-    what is left; stages, ch_g, ch_n are the subset-sum DP's work space (_bits_dp). Returns (patterns,
-    entries, packs, waste, DP cells spent: a bitset word counts as 3)."""
+    what is left; stages, ch_g, ch_n are the subset-sum DP's work space (_bits_dp), lstages the one of
+    _bits_dp_limited (a pattern over k_max items is found again with at most k_max - 1 besides its first where
+    lstages has room for k_max item counts; the stage stops there otherwise). Returns (patterns, entries,
+    packs, waste, DP cells spent: a bitset word counts as 3, the first pattern the item-limited DP found or
+    -1)."""
     n_groups = values.shape[0]
     need = np.zeros(n_groups, dtype=np.int64)  # items per pack of each group in the pattern (0 between)
     touched = np.empty(capacity + 2, dtype=np.int64)  # the pattern's groups, ascending
@@ -130,6 +211,7 @@ def _patterns(
     waste = 0
     work = 0
     top = 0
+    first_limited = -1  # the first pattern found by the item-limited DP
     while True:
         while top < n_groups and counts[top] == 0:
             top += 1
@@ -177,6 +259,47 @@ def _patterns(
             need[g] += m
             items += m
             s -= m * values[g]
+        if items > k_max and lstages.shape[1] >= k_max:
+            # again with at most k_max - 1 items besides the top: one bitset per item count
+            if first_limited < 0:
+                first_limited = n_pat
+            for j in range(n_touch):
+                need[touched[j]] = 0
+            q = k_max - 1
+            counts[top] -= 1
+            best, n_ch, words = _bits_dp_limited(values, counts, lo, n_groups, room, q, lstages, ch_g, ch_n)
+            work += words * 3
+            counts[top] += 1
+            slack = room - best
+            if waste + slack > waste_budget:
+                break
+            n_touch = 1
+            touched[0] = top
+            need[top] = 1
+            items = 1
+            s = best
+            jj = q  # the most items that reach `best`
+            while not (lstages[n_ch, jj, s >> 6] >> np.uint64(s & 63)) & np.uint64(1):
+                jj -= 1
+            j_ch = n_ch - 1
+            while s > 0:
+                # the last chunk without which s is out of reach with jj items was used
+                while (lstages[j_ch, jj, s >> 6] >> np.uint64(s & 63)) & np.uint64(1):
+                    j_ch -= 1
+                g = ch_g[j_ch]
+                m = ch_n[j_ch]
+                j_ch -= 1
+                if need[g] == 0:
+                    j = n_touch
+                    while j > 0 and touched[j - 1] > g:
+                        touched[j] = touched[j - 1]
+                        j -= 1
+                    touched[j] = g
+                    n_touch += 1
+                need[g] += m
+                items += m
+                jj -= m
+                s -= m * values[g]
         work += items
         k = counts[top]
         for j in range(n_touch):
@@ -202,7 +325,7 @@ def _patterns(
         n_pat += 1
         packs += k
         waste += k * slack
-    return n_pat, n_ent, packs, waste, work
+    return n_pat, n_ent, packs, waste, work, first_limited
 
 
 @compiled
@@ -236,13 +359,18 @@ def _assign(pat_k, pat_end, ent_g, ent_n, group_start, idx, order, per_pack, fil
 PAT_PER_GROUP = 8
 # the bitset DP's stages (sums reachable after each chunk, kept for the way back) hold at most this many words
 STAGE_WORDS = 1 << 22
+# up to this max_per_pack a pattern with more items is found again by the item-limited DP (its work grows
+# with the limit); above it the stage stops at such a pattern, as it did before
+LIMITED_MAX_ITEMS = 16
 
 
 def patterns(
     values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, waste_budget: int, work_budget: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, int, int]:
     """Run minimum bin slack on the histogram. Returns (pat_k, pat_end, ent_g, ent_n, left, packs, waste,
-    work): the patterns, their multiplicities, what is left of each group, and the DP cells spent."""
+    work, first_limited): the patterns, their multiplicities, what is left of each group, the DP cells spent,
+    and the first pattern over max_per_pack found again by the item-limited DP (-1: none; where the stage
+    stopped before it could do that)."""
     values = np.ascontiguousarray(values, dtype=np.int64)
     left = np.array(counts, dtype=np.int64)
     n = len(values)
@@ -258,7 +386,13 @@ def patterns(
     stages = np.empty((max(rows, 2), n_words), dtype=np.uint64)
     ch_g = np.empty(stages.shape[0], dtype=np.int64)
     ch_n = np.empty(stages.shape[0], dtype=np.int64)
-    n_pat, n_ent, packs, waste, work = _patterns(
+    # the item-limited DP's stages (k_max item counts a chunk) where max_per_pack is small enough to bind
+    if int(k_max) <= LIMITED_MAX_ITEMS:
+        l_rows = min(stages.shape[0], STAGE_WORDS // (n_words * int(k_max)) + 1)
+        lstages = np.empty((max(l_rows, 2), int(k_max), n_words), dtype=np.uint64)
+    else:
+        lstages = np.empty((1, 1, 1), dtype=np.uint64)
+    n_pat, n_ent, packs, waste, work, first_limited = _patterns(
         values,
         left,
         int(capacity),
@@ -272,6 +406,7 @@ def patterns(
         stages,
         ch_g,
         ch_n,
+        lstages,
     )
     return (
         pat_k[:n_pat],
@@ -282,6 +417,7 @@ def patterns(
         int(packs),
         int(waste),
         int(work),
+        int(first_limited),
     )
 
 

@@ -580,3 +580,50 @@ def test_the_bound_keeps_a_try_that_saves_a_pack_at_its_bound(monkeypatch):
     assert events[0] == [True, n_kept, 209, packs]
     with pytest.raises(AssertionError):
         _assert_skips_were_hopeless(events)
+
+
+@needs_numba
+@settings(max_examples=80, deadline=None)
+@given(
+    counts=st.lists(st.integers(1, 30), min_size=2, max_size=40),
+    capacity=st.integers(200, 2048),
+    k_max=st.integers(2, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_item_limited_patterns_hold_at_most_max_per_pack(counts, capacity, k_max, seed):
+    """Minimum bin slack finds a pattern over max_per_pack again with the item-limited DP: every pattern holds
+    at most k_max items within the capacity, the counts it takes are there, and where that happened the
+    patterns go on past the point where the stage stopped before (control: LIMITED_MAX_ITEMS 0)."""
+    rng = np.random.default_rng(seed)
+    values = np.sort(rng.choice(np.arange(1, capacity // 2), size=len(counts), replace=False))[::-1]
+    counts = np.array(counts, dtype=np.int64)
+    pat_k, pat_end, ent_g, ent_n, left, packs, _, _, first_limited = _refine_kernel.patterns(
+        values, counts, capacity, k_max, 1 << 40, 1 << 40
+    )
+    starts = np.concatenate([[0], pat_end[:-1]])
+    if len(pat_k):
+        assert np.add.reduceat(ent_n, starts).max() <= k_max
+        assert np.add.reduceat(ent_n * values[ent_g], starts).max() <= capacity
+    used = np.bincount(ent_g, weights=np.repeat(pat_k, np.diff(np.concatenate([[0], pat_end]))) * ent_n)
+    assert np.array_equal(counts - np.pad(used, (0, len(counts) - len(used))).astype(np.int64), left)
+    assert packs == int(pat_k.sum())
+    if first_limited >= 0:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(_refine_kernel, "LIMITED_MAX_ITEMS", 0)
+            before = _refine_kernel.patterns(values, counts, capacity, k_max, 1 << 40, 1 << 40)
+        assert before[-1] == -1 and len(before[0]) == first_limited < len(pat_k)
+
+
+@needs_numba
+def test_item_limited_patterns_save_packs_with_max_per_pack(monkeypatch):
+    """600 distinct lengths at 4k with 8 samples a pack: the stage's patterns went on past max_per_pack with
+    the item-limited DP and the plan has 372 -> 139 packs over LB (control: LIMITED_MAX_ITEMS 0, where the
+    stage stops at the first pattern over the limit)."""
+    a = _few_distinct(64_000, 4096, 600)
+    values, counts = np.unique(a, return_counts=True)
+    lb = refine.lower_bound(values[::-1], counts[::-1], 4096, 8)
+    p = plan(a, 4096, max_per_pack=8)
+    _check(p, a, 4096, 8)
+    monkeypatch.setattr(_refine_kernel, "LIMITED_MAX_ITEMS", 0)
+    control = plan(a, 4096, max_per_pack=8)
+    assert control.num_packs - lb > 300 and p.num_packs - lb < 150

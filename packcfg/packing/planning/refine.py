@@ -301,12 +301,15 @@ def _replan(
     of the whole input, sets how many cut points)."""
     from packcfg.packing import _refine_kernel
 
-    pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _, spent = _refine_kernel.patterns(
+    pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _, spent, first_limited = _refine_kernel.patterns(
         present, counts, capacity, k_max, waste_budget, work
     )
     if count is not None and len(pat_k):
         points = CUT_POINTS_LARGE if n_all >= CUT_LARGE_ITEMS else CUT_POINTS
-        c, left = _cut(pat_k, pat_end, ent_g, ent_n, counts, present, left, count, goal, points)
+        # where the patterns went on past max_per_pack by the item-limited DP, the cut where they stopped
+        # before it is a candidate too
+        extra = (first_limited,) if first_limited > 0 else ()
+        c, left = _cut(pat_k, pat_end, ent_g, ent_n, counts, present, left, count, goal, points, extra)
         pat_k, pat_end = pat_k[:c], pat_end[:c]
         ent_g, ent_n = ent_g[: pat_end[-1] if c else 0], ent_n[: pat_end[-1] if c else 0]
         mbs_packs = int(pat_k.sum())
@@ -398,14 +401,15 @@ def _cut(
     count: Callable[[np.ndarray, np.ndarray], int],
     goal: int,
     points: int,
+    extra: tuple[int, ...] = (),
 ) -> tuple[int, np.ndarray]:
     """How many of the patterns to keep, and what they leave of each group. Minimum bin slack fills its
     first packs exactly but uses up the small items doing so, and its last patterns then waste more than
     best fit would on what they take: the packs of the first c patterns plus best fit's on the rest, over
     c, dip and rise again (600 distinct lengths at 2k, 64k samples: 122 packs over LB at c = 0, 297 with
     every pattern, 7 at the best c). The sum is evaluated at `points` evenly spaced c and around the best
-    of them (best fit on a histogram costs 0.2-0.4 ms at 64k samples), every pattern always among them; the
-    search stops at the first c with at most `goal` packs."""
+    of them (best fit on a histogram costs 0.2-0.4 ms at 64k samples), every pattern and the cuts in `extra`
+    always among them; the search stops at the first c with at most `goal` packs."""
     n_pat = len(pat_k)
     per_entry = np.repeat(pat_k, np.diff(np.concatenate([[0], pat_end]))) * ent_n
     packs_before = np.concatenate([[0], np.cumsum(pat_k)])
@@ -428,7 +432,7 @@ def _cut(
     best = n_pat
 
     def candidates() -> Iterator[int]:
-        yield from (n_pat, *range(step, n_pat, step))
+        yield from (n_pat, *extra, *range(step, n_pat, step))
         around = best  # the best coarse point, once they are all seen
         yield from range(max(1, around - step + fine), min(n_pat, around + step), fine)
 
