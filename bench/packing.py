@@ -904,6 +904,11 @@ PER_PACK_ROWS = (
     ("600 distinct", 2048, 8),
     ("600 distinct", 4096, 8),
     ("999 distinct", 2048, 6),
+    # the real corpora found on this machine (real_corpora), as they are
+    ("debian changelogs", 2048, 8),
+    ("debian changelogs", 2048, 16),
+    ("debian packages", 2048, 8),
+    ("debian packages", 4096, 16),
 )
 
 
@@ -914,9 +919,14 @@ def per_pack_table(n: int, lp: float) -> None:
     from packcfg.packing.planning.refine import lower_bound
 
     load_kernel()
+    corpora = real_corpora()
     rows = []
     for dist, cap, k in PER_PACK_ROWS:
-        if dist.endswith("distinct"):
+        if dist.startswith("debian"):
+            if dist not in corpora:
+                continue  # not on this machine
+            a = np.minimum(corpora[dist], cap)
+        elif dist.endswith("distinct"):
             a = few_distinct_lengths(n, cap, int(dist.split()[0]))
         else:
             a = long_lengths(dist, n, cap) if cap > 2048 else np.minimum(realish_lengths(n), cap)
@@ -931,7 +941,7 @@ def per_pack_table(n: int, lp: float) -> None:
             del os.environ["PACKCFG_PLANNER_SLOTS"]
         row = [
             dist,
-            f"{n:,}",
+            f"{len(a):,}",
             str(cap),
             str(k),
             f"{lb:,}",
@@ -955,7 +965,7 @@ def per_pack_table(n: int, lp: float) -> None:
             row += [f"{tag}{r['lp']:,.2f}", f"+{p.num_packs - r['bound']:,}", f"{r['seconds']:.0f}"]
         rows.append(row)
         print(".", end="", file=sys.stderr, flush=True)
-    print(f"\n## bfd with max_per_pack, N = {n:,}\n")
+    print(f"\n## bfd with max_per_pack, N = {n:,} (the real corpora as they are)\n")
     header = [
         "lengths",
         "N",
@@ -969,7 +979,7 @@ def per_pack_table(n: int, lp: float) -> None:
     ]
     print_table(header + (["LP master", "over LP bound", "LP s"] if lp else []), rows)
     print(
-        "\nLB: max(ceil(sum / cap), L2, items / max_per_pack); without slots: PACKCFG_PLANNER_SLOTS=off (best "
+        "\nLB: max(ceil(sum / cap), L2, the slot bound (refine.slot_bound; at least items / max_per_pack)); without slots: PACKCFG_PLANNER_SLOTS=off (best "
         "fit and the refinement stage); ms: warm CPU, best of 3; x argsort: bfd against one np.argsort of the "
         "lengths."
         + (
