@@ -29,6 +29,8 @@ __all__ = ["HAVE_NUMBA", "assign", "plan"]
 # samples, realistic mix at 2k with 8 per pack, 7.4 ms with no limit, 4.5 ms with 64 (same packs), 2.5 ms
 # with 16 (+10 packs of 14,717)
 PAIR_TRIES = 32
+# the exact-pair lookup keeps a word per length up to the capacity: above this capacity it is not made
+LOOKUP_MAX_CAPACITY = 1 << 22
 
 
 @compiled
@@ -84,10 +86,12 @@ def _take(counts, nxt, prv, g):  # type: ignore[no-untyped-def]
 def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries):  # type: ignore[no-untyped-def]
     """Fill item_g (each item's group, pack after pack) and offsets; return the packs."""
     n = values.shape[0]
-    by_len = np.full(capacity + 1, -1, dtype=np.int64)  # each length's group, -1 where none
-    for g in range(n):
-        if values[g] <= capacity:
+    if exact_tries > 0:  # each length's group, -1 where none, for the exact-pair lookup
+        by_len = np.full(capacity + 1, -1, dtype=np.int64)
+        for g in range(n):
             by_len[values[g]] = g
+    else:
+        by_len = np.full(1, -1, dtype=np.int64)
     nxt = np.arange(n + 1)
     prv = np.arange(n + 1)  # prv[g + 1]: group g; prv[0]: none
     for g in range(n):
@@ -223,6 +227,8 @@ def plan(
     n_items = int(left.sum())
     item_g = np.empty(n_items, dtype=np.int64)
     offsets = np.empty(n_items + 1, dtype=np.int64)
+    if capacity > LOOKUP_MAX_CAPACITY:
+        exact_tries = 0  # the lookup table would hold a word per token of capacity
     packs = _plan(values, left, int(capacity), int(k_max), item_g, offsets, float(lean), int(exact_tries))
     return offsets[: packs + 1].copy(), item_g
 
