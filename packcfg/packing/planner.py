@@ -249,7 +249,7 @@ def plan(
         pair_of=pair_of,
         pieces=over["split_pieces"] > 0,
     )
-    result.stats = compute_stats(result, raw, over, unpacked_global_batch_size)
+    result.stats = compute_stats(result, raw, over, unpacked_global_batch_size, max_per_pack)
     return result
 
 

@@ -34,6 +34,17 @@ def stats_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("packs", _fmt_int(s["packs"])),
         ("lower bound", _fmt_int(s["lower_bound"])),
         ("gap to lower bound", f"{_fmt_int(s['gap_to_lower_bound'])} ({s['gap_to_lower_bound_pct']:.4f}%)"),
+        *(
+            [
+                (
+                    "lower bound with max_per_pack",
+                    f"{_fmt_int(s['lower_bound_max_per_pack'])} "
+                    f"(gap {_fmt_int(s['gap_to_lower_bound_max_per_pack'])})",
+                )
+            ]
+            if "lower_bound_max_per_pack" in s
+            else []
+        ),
         ("efficiency", f"{100 * s['efficiency']:.2f}%"),
         ("padding tokens", _fmt_int(s["padding_tokens"])),
         ("  pack-tail (bin) waste", _fmt_int(s["bin_waste_tokens"])),

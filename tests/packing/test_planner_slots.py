@@ -166,3 +166,20 @@ def test_the_slot_bound_counts_items_that_leave_room_for_few_others():
     assert refine.slot_bound(values, counts, 10, 3) == 4 == _optimum(lengths, 10, 3)
     assert refine.l2_bound(values, counts, 10) == 3 and -(-len(lengths) // 3) == 3
     assert plan(lengths, 10, max_per_pack=3).stats["packs"] == 4
+
+
+def test_stats_report_the_lower_bound_with_max_per_pack():
+    """With max_per_pack the stats add the bound a plan with that limit cannot go under (the volume bound
+    lies far under it here: 3,000 samples of at most 49 tokens, 3 a pack, in packs of 100 tokens), and
+    `analyze`'s report prints it; without max_per_pack neither appears."""
+    from packcfg.packing.report import stats_rows
+
+    a = np.random.default_rng(0).integers(0, 50, size=3000)
+    p = plan(a, 100, max_per_pack=3, oversize="truncate")
+    assert p.stats["lower_bound"] == -(-int(a.sum()) // 100) < 1000
+    assert p.stats["lower_bound_max_per_pack"] == 1000 == p.num_packs
+    assert p.stats["gap_to_lower_bound_max_per_pack"] == 0
+    assert ("lower bound with max_per_pack", "1,000 (gap 0)") in stats_rows(p.stats)
+    free = plan(a, 100, oversize="truncate")
+    assert "lower_bound_max_per_pack" not in free.stats
+    assert all("max_per_pack" not in name for name, _ in stats_rows(free.stats))

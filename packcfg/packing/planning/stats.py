@@ -6,6 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from packcfg.packing.planning.common import length_histogram
+from packcfg.packing.planning.refine import slot_bound
+
 if TYPE_CHECKING:
     from packcfg.packing.planner import PackPlan
 
@@ -16,9 +19,17 @@ def lower_bound(aligned: np.ndarray, capacity: int) -> int:
 
 
 def compute_stats(
-    p: PackPlan, raw: np.ndarray, over: dict[str, Any], unpacked_gbs: int | None = None
+    p: PackPlan,
+    raw: np.ndarray,
+    over: dict[str, Any],
+    unpacked_gbs: int | None = None,
+    max_per_pack: int | None = None,
 ) -> dict[str, Any]:
-    """Everything `analyze` reports: packs vs lower bound, efficiency, where the padding goes, advice."""
+    """Everything `analyze` reports: packs vs lower bound, efficiency, where the padding goes, advice. The
+    lower bound is ceil(aligned tokens / capacity); with `max_per_pack` (and more items than that) the stats
+    add `lower_bound_max_per_pack`, the larger of it and the slot bound (refine.slot_bound: at least the items
+    over max_per_pack), under which no plan with that limit can go and which the volume alone can lie far
+    under."""
     packs = p.num_packs
     n_placed = int(p.offsets[-1])
     if n_placed == len(p.item_length):  # every item is placed: no gather over the order needed
@@ -59,6 +70,12 @@ def compute_stats(
         "mean_sample_length": float(raw.mean()) if len(raw) else 0.0,
         "oversize": dict(over),
     }
+    if max_per_pack is not None and n_placed > max_per_pack:
+        placed = p.item_aligned if n_placed == len(p.item_aligned) else p.item_aligned[p.order]
+        present, counts = length_histogram(placed)
+        per_pack_lb = max(lb, slot_bound(present[::-1], counts[::-1], p.capacity, max_per_pack))
+        stats["lower_bound_max_per_pack"] = per_pack_lb
+        stats["gap_to_lower_bound_max_per_pack"] = packs - per_pack_lb
     # Unpacked baseline: every sample padded to the capacity (pad_to_max_length), as Bridge does when
     # it does not pack. Packing processes `packs` rows instead of `samples` rows.
     padded_eff = real / (n_placed * p.capacity) if n_placed else 0.0
