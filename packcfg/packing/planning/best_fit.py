@@ -82,10 +82,11 @@ def load_kernel() -> bool:
     return _bfd_kernel.loaded()
 
 
-def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> Packing:
+def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None, tail: bool = True) -> Packing:
     """Best-fit decreasing on the length histogram, then, where that lands more than LB + max(5, 0.01% LB)
     packs: with max_per_pack, the slot-balanced plan (planning/slots.py), then the refinement stage
-    (planning/refine.py) where that is still over; each plan is kept only if it has fewer packs.
+    (planning/refine.py) where that is still over; each plan is kept only if it has fewer packs. `tail`:
+    whether the slot-balanced plan may plan its tail again by this function (not in that call itself).
     The stage loads numba for its own kernel (about 0.5 s of CPU from the cache); it loads bfd's compiled
     kernel too, which then costs only 20-30 ms more, so the stage's best fit on leftovers and every later
     plan take the kernel (1-2 ms where the Python path costs 10-20 ms on a few hundred distinct lengths)."""
@@ -94,7 +95,16 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None) -> 
     packing = _grouped_best_fit(a, capacity, max_per_pack, present, counts)
     if max_per_pack is not None:  # the slot-balanced plan first: where it lands within the goal, no stage
         goal = refine.target(present, counts, capacity, k_max)
-        packing = slots.improve(a, capacity, k_max, present, counts, packing, goal)
+        packing = slots.improve(
+            a,
+            capacity,
+            k_max,
+            present,
+            counts,
+            packing,
+            goal,
+            (lambda rest: grouped_best_fit(rest, capacity, max_per_pack, tail=False)) if tail else None,
+        )
     return refine.refine(
         a,
         capacity,
