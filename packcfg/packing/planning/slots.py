@@ -3,7 +3,7 @@ of its slots as the items left need per pack (packing/_slots_kernel.py, numba; d
 max_per_pack").
 
 Best fit decreasing places the large items first and leaves the small ones, many to a pack, for packs that run
-out of slots long before they run out of room: with 8 samples a pack on realistic length mixes it lands 16-23%
+out of slots long before they run out of room: with 8 samples a pack on realistic length mixes it lands 16-34%
 more packs than LB, and the cutting-stock LP with the item limit (bench/lp_bound.py) reaches LB there, so the
 gap is the plan's. This plan replaces bfd's where it has fewer packs; without numba (or with
 PACKCFG_PLANNER_SLOTS=off) it is skipped.
