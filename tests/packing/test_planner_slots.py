@@ -160,7 +160,7 @@ def _optimum(lengths: list[int], capacity: int, k_max: int) -> int:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    lengths=st.lists(st.integers(1, 40), min_size=1, max_size=9),
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=9),
     capacity=st.integers(40, 80),
     k_max=st.integers(1, 5),
 )
@@ -210,3 +210,19 @@ def test_the_tail_planned_again_saves_packs_on_large_inputs(monkeypatch):
     monkeypatch.setattr(slots, "TAIL_MIN_ITEMS", 1 << 40)
     control = plan(a, 2048, max_per_pack=8)
     assert p.num_packs - lb <= 300 < 1000 <= control.num_packs - lb
+
+
+def test_zero_length_samples_count_in_the_slot_bound_without_a_warning():
+    """Five empty samples, 2 a pack: 3 packs; the bound says so without numpy dividing by zero."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert refine.slot_bound(np.array([0]), np.array([5]), 10, 2) == 3 == _optimum([0] * 5, 10, 2)
+        assert (
+            refine.slot_bound(np.array([0, 4]), np.array([3, 2]), 10, 2)
+            == 3
+            == _optimum([0, 0, 0, 4, 4], 10, 2)
+        )
+        p = plan([0, 0, 0, 0, 0], 10, max_per_pack=2)
+    assert p.num_packs == 3 == p.stats["lower_bound_max_per_pack"]

@@ -98,7 +98,11 @@ def slot_bound(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int
     before_cnt = np.where(g > 0, cnt[np.maximum(g - 1, 0)], 0)
     before_vol = np.where(g > 0, vol[np.maximum(g - 1, 0)], 0)
     g_part = np.minimum(g, len(values) - 1)
-    part = np.where(g < len(values), np.minimum((room - before_vol) // values[g_part], counts[g_part]), 0)
+    # (a group of zero-length items is never the partial one: its volume 0 always fits; max() keeps the
+    # branch np.where discards from dividing by it)
+    part = np.where(
+        g < len(values), np.minimum((room - before_vol) // np.maximum(values[g_part], 1), counts[g_part]), 0
+    )
     others = np.minimum(k_max - 1, before_cnt + part)
     total = float(np.sum(counts / (1.0 + others)))
     return int(np.ceil(total - 1e-6))  # never above the exact sum's ceiling (float error ~1e-12 here)
