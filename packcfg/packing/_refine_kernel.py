@@ -34,82 +34,18 @@ def compiled(fn: Any) -> Any:
 
 
 @compiled
-def _bits_dp(values, counts, lo, n_groups, room, stages, ch_g, ch_n):  # type: ignore[no-untyped-def]
+def _bits_dp(values, counts, lo, n_groups, room, limit, stages, ch_g, ch_n):  # type: ignore[no-untyped-def]
     """Bounded subset sum by bitsets: group after group (values descending), each group's c copies split
     into chunks of 1, 2, 4, ... items (binary splitting: every count up to c is a sum of chunks), each chunk
-    a 0/1 item; stages[j + 1] holds the sums reachable after chunk j, for the way back. Stops once `room` is
-    reached or the stages are full. Returns (best sum <= room, chunks, words written)."""
+    a 0/1 item; stages[j + 1, n] holds the sums reachable after chunk j (with n items where `limit` >= 0, at
+    most `limit` in all: a chunk of m items moves a sum from n to n + m items; with `limit` -1 one bitset for
+    any number, n = 0), for the way back. Stops once `room` is reached or the stages are full. Returns (best
+    sum <= room, chunks, words written)."""
     n_words = (room >> 6) + 1
-    for i in range(n_words):
-        stages[0, i] = 0
-    stages[0, 0] = 1
-    n_ch = 0
-    work = 0
-    done = False
-    for g in range(lo, n_groups):
-        v = values[g]
-        c = counts[g]
-        if v == 0 or c == 0:
-            continue
-        most = room // v
-        if c > most:
-            c = most
-        size = 1
-        while c > 0 and not done:
-            if size > c:
-                size = c
-            c -= size
-            if n_ch + 1 >= stages.shape[0]:
-                done = True
-                break
-            w = size * v
-            q = w >> 6
-            r = w & 63
-            src = stages[n_ch]
-            dst = stages[n_ch + 1]
-            for i in range(q if q < n_words else n_words):
-                dst[i] = src[i]
-            if r == 0:
-                for i in range(q, n_words):
-                    dst[i] = src[i] | src[i - q]
-            else:
-                if q < n_words:
-                    dst[q] = src[q] | (src[0] << np.uint64(r))
-                for i in range(q + 1, n_words):
-                    dst[i] = src[i] | (src[i - q] << np.uint64(r)) | (src[i - q - 1] >> np.uint64(64 - r))
-            work += n_words
-            ch_g[n_ch] = g
-            ch_n[n_ch] = size
-            n_ch += 1
-            size <<= 1
-            if (dst[room >> 6] >> np.uint64(room & 63)) & np.uint64(1):
-                done = True
-        if done:
-            break
-    last = stages[n_ch]
-    i = room >> 6
-    word = last[i] & (_ALL >> np.uint64(63 - (room & 63)))
-    while word == 0 and i > 0:
-        i -= 1
-        word = last[i]
-    best = 0
-    if word:
-        b = 63
-        while not (word >> np.uint64(b)) & np.uint64(1):
-            b -= 1
-        best = (i << 6) + b
-    return best, n_ch, work
-
-
-@compiled
-def _bits_dp_limited(values, counts, lo, n_groups, room, q, stages, ch_g, ch_n):  # type: ignore[no-untyped-def]
-    """_bits_dp with at most q items: one bitset per item count (stages[chunk, j] holds the sums of j items
-    reachable after the chunks before), chunks as there (a chunk of m items moves a sum from j to j + m
-    items). Returns (best sum <= room over every count, chunks, words written)."""
-    n_words = (room >> 6) + 1
-    for j in range(q + 1):
+    layers = 1 if limit < 0 else limit + 1
+    for n in range(layers):
         for i in range(n_words):
-            stages[0, j, i] = 0
+            stages[0, n, i] = 0
     stages[0, 0, 0] = 1
     n_ch = 0
     work = 0
@@ -122,8 +58,8 @@ def _bits_dp_limited(values, counts, lo, n_groups, room, q, stages, ch_g, ch_n):
         most = room // v
         if c > most:
             c = most
-        if c > q:
-            c = q
+        if limit >= 0 and c > limit:
+            c = limit
         size = 1
         while c > 0 and not done:
             if size > c:
@@ -133,37 +69,38 @@ def _bits_dp_limited(values, counts, lo, n_groups, room, q, stages, ch_g, ch_n):
                 done = True
                 break
             w = size * v
-            qw = w >> 6
+            q = w >> 6
             r = w & 63
-            for j in range(q + 1):
-                dst = stages[n_ch + 1, j]
-                src = stages[n_ch, j]
-                for i in range(n_words):
-                    dst[i] = src[i]
-                if j < size:
+            for n in range(layers):
+                src = stages[n_ch, n]
+                dst = stages[n_ch + 1, n]
+                if limit >= 0 and n < size:  # too few items to take this chunk
+                    for i in range(n_words):
+                        dst[i] = src[i]
                     continue
-                low = stages[n_ch, j - size]
+                low = stages[n_ch, n if limit < 0 else n - size]
+                for i in range(q if q < n_words else n_words):
+                    dst[i] = src[i]
                 if r == 0:
-                    for i in range(qw, n_words):
-                        dst[i] |= low[i - qw]
+                    for i in range(q, n_words):
+                        dst[i] = src[i] | low[i - q]
                 else:
-                    if qw < n_words:
-                        dst[qw] |= low[0] << np.uint64(r)
-                    for i in range(qw + 1, n_words):
-                        dst[i] |= (low[i - qw] << np.uint64(r)) | (low[i - qw - 1] >> np.uint64(64 - r))
-            work += n_words * (q + 1)
+                    if q < n_words:
+                        dst[q] = src[q] | (low[0] << np.uint64(r))
+                    for i in range(q + 1, n_words):
+                        dst[i] = src[i] | (low[i - q] << np.uint64(r)) | (low[i - q - 1] >> np.uint64(64 - r))
+                if (dst[room >> 6] >> np.uint64(room & 63)) & np.uint64(1):
+                    done = True
+            work += n_words * layers
             ch_g[n_ch] = g
             ch_n[n_ch] = size
             n_ch += 1
             size <<= 1
-            for j in range(q + 1):
-                if (stages[n_ch, j, room >> 6] >> np.uint64(room & 63)) & np.uint64(1):
-                    done = True
         if done:
             break
     best = 0
-    for j in range(q + 1):
-        last = stages[n_ch, j]
+    for n in range(layers):
+        last = stages[n_ch, n]
         i = room >> 6
         word = last[i] & (_ALL >> np.uint64(63 - (room & 63)))
         while word == 0 and i > 0 and (i << 6) + 63 > best:
@@ -176,6 +113,40 @@ def _bits_dp_limited(values, counts, lo, n_groups, room, q, stages, ch_g, ch_n):
             if (i << 6) + b > best:
                 best = (i << 6) + b
     return best, n_ch, work
+
+
+@compiled
+def _way_back(stages, ch_g, ch_n, n_ch, best, limited, values, need, touched, n_touch):  # type: ignore[no-untyped-def]
+    """Add _bits_dp's path back from `best` to the pattern (need per group, touched kept ascending, from
+    n_touch on): with `limited`, through the most items that reach `best`. Returns (n_touch, items added)."""
+    n = 0
+    if limited:
+        n = stages.shape[1] - 1
+        while not (stages[n_ch, n, best >> 6] >> np.uint64(best & 63)) & np.uint64(1):
+            n -= 1
+    items = 0
+    s = best
+    j_ch = n_ch - 1
+    while s > 0:
+        # the last chunk without which s is out of reach (with n items) was used
+        while (stages[j_ch, n, s >> 6] >> np.uint64(s & 63)) & np.uint64(1):
+            j_ch -= 1
+        g = ch_g[j_ch]
+        m = ch_n[j_ch]
+        j_ch -= 1
+        if need[g] == 0:
+            j = n_touch
+            while j > 0 and touched[j - 1] > g:
+                touched[j] = touched[j - 1]
+                j -= 1
+            touched[j] = g
+            n_touch += 1
+        need[g] += m
+        items += m
+        if limited:
+            n -= m
+        s -= m * values[g]
+    return n_touch, items
 
 
 @compiled
@@ -197,9 +168,9 @@ def _patterns(
 ):  # type: ignore[no-untyped-def]
     """Minimum bin slack over the histogram (values descending, counts). Fills pat_k (packs per pattern),
     pat_end (end of each pattern's entries), ent_g / ent_n (group and items per pack); `counts` ends as
-    what is left; stages, ch_g, ch_n are the subset-sum DP's work space (_bits_dp), lstages the one of
-    _bits_dp_limited (a pattern over k_max items is found again with at most k_max - 1 besides its first where
-    lstages has room for k_max item counts; the stage stops there otherwise). Returns (patterns, entries,
+    what is left; stages, ch_g, ch_n are the subset-sum DP's work space (_bits_dp, one bitset a chunk),
+    lstages its work space with k_max item counts (a pattern over k_max items is found again with at most
+    k_max - 1 besides its first where lstages has room for k_max counts; the stage stops there otherwise). Returns (patterns, entries,
     packs, waste, DP cells spent: a bitset word counts as 3, the first pattern the item-limited DP found or
     -1)."""
     n_groups = values.shape[0]
@@ -229,36 +200,17 @@ def _patterns(
             else:
                 hi = mid
         work += 64
-        best, n_ch, words = _bits_dp(values, counts, lo, n_groups, room, stages, ch_g, ch_n)
+        best, n_ch, words = _bits_dp(values, counts, lo, n_groups, room, -1, stages, ch_g, ch_n)
         work += words * 3  # a word op of the shift-or costs about what 3 cells of a plain DP do
         counts[top] += 1
         slack = room - best
         if waste + slack > waste_budget:
             break
         # the pattern: the top item, then the DP's path back from `best`; its groups kept ascending
-        n_touch = 1
         touched[0] = top
         need[top] = 1
-        items = 1
-        s = best
-        j_ch = n_ch - 1
-        while s > 0:
-            # the last chunk without which s is out of reach was used
-            while (stages[j_ch, s >> 6] >> np.uint64(s & 63)) & np.uint64(1):
-                j_ch -= 1
-            g = ch_g[j_ch]
-            m = ch_n[j_ch]
-            j_ch -= 1
-            if need[g] == 0:
-                j = n_touch
-                while j > 0 and touched[j - 1] > g:
-                    touched[j] = touched[j - 1]
-                    j -= 1
-                touched[j] = g
-                n_touch += 1
-            need[g] += m
-            items += m
-            s -= m * values[g]
+        n_touch, items = _way_back(stages, ch_g, ch_n, n_ch, best, False, values, need, touched, 1)
+        items += 1
         if items > k_max and lstages.shape[1] >= k_max:
             # again with at most k_max - 1 items besides the top: one bitset per item count
             if first_limited < 0:
@@ -267,39 +219,16 @@ def _patterns(
                 need[touched[j]] = 0
             q = k_max - 1
             counts[top] -= 1
-            best, n_ch, words = _bits_dp_limited(values, counts, lo, n_groups, room, q, lstages, ch_g, ch_n)
+            best, n_ch, words = _bits_dp(values, counts, lo, n_groups, room, q, lstages, ch_g, ch_n)
             work += words * 3 // min(q + 1, LIMITED_SHARE)
             counts[top] += 1
             slack = room - best
             if waste + slack > waste_budget:
                 break
-            n_touch = 1
             touched[0] = top
             need[top] = 1
-            items = 1
-            s = best
-            jj = q  # the most items that reach `best`
-            while not (lstages[n_ch, jj, s >> 6] >> np.uint64(s & 63)) & np.uint64(1):
-                jj -= 1
-            j_ch = n_ch - 1
-            while s > 0:
-                # the last chunk without which s is out of reach with jj items was used
-                while (lstages[j_ch, jj, s >> 6] >> np.uint64(s & 63)) & np.uint64(1):
-                    j_ch -= 1
-                g = ch_g[j_ch]
-                m = ch_n[j_ch]
-                j_ch -= 1
-                if need[g] == 0:
-                    j = n_touch
-                    while j > 0 and touched[j - 1] > g:
-                        touched[j] = touched[j - 1]
-                        j -= 1
-                    touched[j] = g
-                    n_touch += 1
-                need[g] += m
-                items += m
-                jj -= m
-                s -= m * values[g]
+            n_touch, items = _way_back(lstages, ch_g, ch_n, n_ch, best, True, values, need, touched, 1)
+            items += 1
         work += items
         k = counts[top]
         for j in range(n_touch):
@@ -388,7 +317,7 @@ def patterns(
     # the bitset DP's stages: one row of capacity / 64 + 1 words per chunk, at most STAGE_WORDS in all
     n_words = (int(capacity) >> 6) + 1
     rows = min(n * (int(capacity).bit_length() + 1), STAGE_WORDS // n_words) + 1
-    stages = np.empty((max(rows, 2), n_words), dtype=np.uint64)
+    stages = np.empty((max(rows, 2), 1, n_words), dtype=np.uint64)
     ch_g = np.empty(stages.shape[0], dtype=np.int64)
     ch_n = np.empty(stages.shape[0], dtype=np.int64)
     # the item-limited DP's stages (k_max item counts a chunk) where max_per_pack is small enough to bind
