@@ -7,7 +7,8 @@ planning/slots.py runs a few values): while more than two of those are to go, th
 lets the ones after it fill the room (room - x <= (items after it) x the largest item that fits); with two to
 go, a pair that fills the room exactly where one is found among the first `exact_tries` lengths x (y looked up
 by its length), else the pair that fills it best among the first PAIR_TRIES; with one, the largest item that
-fits. Best fit decreasing instead fills packs with the large items first and leaves the small items, many to a
+fits. With `triples`, where exactly three are to go, an exact triple is looked for first: x among the
+`triples` lengths from the smallest that still lets the others fill the room up, each with an exact pair. Best fit decreasing instead fills packs with the large items first and leaves the small items, many to a
 pack, for packs of their own that run out of slots long before they run out of room (docs/packing.md, "Packs
 with max_per_pack").
 
@@ -83,7 +84,7 @@ def _take(counts, nxt, prv, g):  # type: ignore[no-untyped-def]
 
 
 @compiled
-def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries):  # type: ignore[no-untyped-def]
+def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries, triples):  # type: ignore[no-untyped-def]
     """Fill item_g (each item's group, pack after pack) and offsets; return the packs."""
     n = values.shape[0]
     if exact_tries > 0:  # each length's group, -1 where none, for the exact-pair lookup
@@ -142,6 +143,40 @@ def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries): 
                     g_small = _prev(prv, g_lo)
                     if g_small >= g_max:
                         g = g_small
+                if triples > 0 and exact_tries > 0 and aim == 3 and g != g_max:
+                    # three to go: an exact triple x <= y <= z, x from the smallest length >= lo up
+                    x = g
+                    found = False
+                    tx = 0
+                    while x >= g_max and tx < triples and not found:
+                        tx += 1
+                        r2 = room - values[x]
+                        counts[x] -= 1
+                        y = _prev(prv, n - 1)
+                        ty = 0
+                        while y >= 0 and 2 * values[y] <= r2 and ty < exact_tries:
+                            ty += 1
+                            if counts[y] > 0:
+                                gz = by_len[r2 - values[y]]
+                                if gz >= 0 and counts[gz] > (1 if gz == y else 0):
+                                    counts[x] += 1
+                                    for gg in (x, y, gz):
+                                        _take(counts, nxt, prv, gg)
+                                        item_g[pos] = gg
+                                        pos += 1
+                                        n_left -= 1
+                                        v_left -= values[gg]
+                                        room -= values[gg]
+                                    slots -= 3
+                                    aim -= 3
+                                    found = True
+                                    break
+                            y = _prev(prv, y - 1) if y > 0 else -1
+                        if not found:
+                            counts[x] += 1
+                            x = _prev(prv, x - 1) if x > 0 else -1
+                    if found:
+                        continue
             else:
                 # two to go: x ascending, y the largest length <= room - x (x itself only where two are left)
                 best = largest
@@ -218,7 +253,13 @@ def _assign(item_g, group_start, idx, order):  # type: ignore[no-untyped-def]
 
 
 def plan(
-    values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, lean: float, exact_tries: int
+    values: np.ndarray,
+    counts: np.ndarray,
+    capacity: int,
+    k_max: int,
+    lean: float,
+    exact_tries: int,
+    triples: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, item_g): the slot-balanced packs of the histogram (values descending), each item as its
     group."""
@@ -229,7 +270,9 @@ def plan(
     offsets = np.empty(n_items + 1, dtype=np.int64)
     if capacity > LOOKUP_MAX_CAPACITY:
         exact_tries = 0  # the lookup table would hold a word per token of capacity
-    packs = _plan(values, left, int(capacity), int(k_max), item_g, offsets, float(lean), int(exact_tries))
+    packs = _plan(
+        values, left, int(capacity), int(k_max), item_g, offsets, float(lean), int(exact_tries), int(triples)
+    )
     return offsets[: packs + 1].copy(), item_g
 
 

@@ -226,3 +226,22 @@ def test_zero_length_samples_count_in_the_slot_bound_without_a_warning():
         )
         p = plan([0, 0, 0, 0, 0], 10, max_per_pack=2)
     assert p.num_packs == 3 == p.stats["lower_bound_max_per_pack"]
+
+
+@needs_numba
+def test_exact_triples_save_packs_on_few_distinct_lengths():
+    """63 distinct lengths at 2k with 4 a pack: the slot-balanced plan that looks for an exact triple where three
+    samples are to go reaches LB (16,000: every pack holds 4) against +100 without (the control), and so does
+    the whole pipeline."""
+    from tests.packing.test_planner_refine import _few_distinct
+
+    a = _few_distinct(64_000, 2048, 63)
+    values, counts = np.unique(a, return_counts=True)
+    present, counts = values[::-1], counts[::-1]
+    lb = refine.lower_bound(present, counts, 2048, 4)
+    with_triples = len(_slots_kernel.plan(present, counts, 2048, 4, 0.5, 1024, 16)[0]) - 1
+    without = len(_slots_kernel.plan(present, counts, 2048, 4, 0.5, 1024, 0)[0]) - 1
+    assert with_triples == lb == 16_000 and without - lb >= 50
+    p = plan(a, 2048, max_per_pack=4)
+    _check(p, a, 2048, 4)
+    assert p.num_packs == lb

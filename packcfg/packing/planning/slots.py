@@ -28,11 +28,14 @@ def enabled() -> bool:
 
 
 # the kernel's variants, tried in this order until one is within the goal, the plan with the fewest packs
-# kept: (lean, exact_tries). 64k samples, packs over LB of each alone (bench/packing.py --per-pack-only):
-# realistic mix at 2k with 8 per pack +136 / +12 / +70, at 4k with 16 +1 / +15 / +15; lognormal at 2k with 8
-# +247 / +137 / +115, at 4k with 8 +5 / +369 / +369, at 8k with 16 +42 / +53 / +50; 300 distinct at 2k with 4
-# +0 / +145 / +145. No one variant is best everywhere; each costs 2-4 ms at 64k samples.
-VARIANTS = ((0.5, 1024), (0.85, 0), (0.5, 0))
+# kept: (lean, exact_tries, triples). 64k samples, packs over LB of each of the first three alone
+# (bench/packing.py --per-pack-only): realistic mix at 2k with 8 per pack +136 / +12 / +70, at 4k with 16
+# +1 / +15 / +15; lognormal at 2k with 8 +247 / +137 / +115, at 4k with 8 +5 / +369 / +369, at 8k with 16
+# +42 / +53 / +50; 300 distinct at 2k with 4 +0 / +145 / +145. The fourth also looks for an exact triple
+# where three samples are to go (16 lengths x, each with up to 1,024 exact-pair lookups): 63 distinct at 2k
+# with 4 a pack +0 against +100 for the first (the whole pipeline: +56 -> +0), 600 distinct +393 -> +361.
+# No one variant is best everywhere; each costs 1-4 ms at 64k samples.
+VARIANTS = ((0.5, 1024, 0), (0.85, 0, 0), (0.5, 0, 0), (0.5, 1024, 16))
 
 
 # from this many items, the last TAIL_FRACTION of the best variant's packs (where its greedy choice is left
@@ -61,8 +64,8 @@ def improve(
     from packcfg.packing import _slots_kernel
 
     best: tuple[np.ndarray, np.ndarray] | None = None
-    for lean, exact_tries in VARIANTS:
-        offsets, item_g = _slots_kernel.plan(present, counts, capacity, k_max, lean, exact_tries)
+    for lean, exact_tries, triples in VARIANTS:
+        offsets, item_g = _slots_kernel.plan(present, counts, capacity, k_max, lean, exact_tries, triples)
         if len(offsets) - 1 < packs:
             best, packs = (offsets, item_g), len(offsets) - 1
         if packs <= goal:
