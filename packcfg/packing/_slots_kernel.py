@@ -84,6 +84,69 @@ def _take(counts, nxt, prv, g):  # type: ignore[no-untyped-def]
 
 
 @compiled
+def _exact_pair(values, counts, prv, by_len, room, start, tries):  # type: ignore[no-untyped-def]
+    """Two items that fill `room` exactly: x ascending from group `start`, y looked up by its length (a lookup
+    a length x, at most `tries`). Returns (x, y) or (-1, -1)."""
+    x = start
+    n_try = 0
+    while x >= 0 and 2 * values[x] <= room and n_try < tries:
+        n_try += 1
+        if counts[x] > 0:  # (a group _exact_triple holds its x from may be empty for the moment)
+            y = by_len[room - values[x]]
+            if y >= 0 and counts[y] > (1 if y == x else 0):
+                return x, y
+        x = _prev(prv, x - 1) if x > 0 else -1
+    return -1, -1
+
+
+@compiled
+def _best_pair(values, counts, nxt, prv, room, start, least):  # type: ignore[no-untyped-def]
+    """The two items that fill `room` best, more than `least`, among the first PAIR_TRIES lengths x ascending
+    from group `start`, y the largest length <= room - x (x itself only where two are left). Returns (x, y)
+    or (-1, -1)."""
+    n = values.shape[0]
+    best = least
+    bx = -1
+    by = -1
+    x = start
+    n_try = 0
+    while x >= 0 and 2 * values[x] <= room and n_try < PAIR_TRIES:
+        n_try += 1
+        y = _next(nxt, _first_le(values, room - values[x]))
+        if y == x and counts[x] < 2:
+            y = _next(nxt, x + 1)
+        if y < n and values[y] >= values[x] and (y != x or counts[x] >= 2):
+            total = values[x] + values[y]
+            if total > best:
+                best = total
+                bx = x
+                by = y
+                if total == room:
+                    break
+        x = _prev(prv, x - 1) if x > 0 else -1
+    return bx, by
+
+
+@compiled
+def _exact_triple(values, counts, prv, by_len, room, first, last, triples, tries):  # type: ignore[no-untyped-def]
+    """Three items that fill `room` exactly: x from group `first` up in length (not past group `last`, the
+    longest that fits), at most `triples` of them, each with an exact pair for the rest (_exact_pair from the
+    shortest length, at most `tries` lookups). Returns (x, y, z) or (-1, -1, -1)."""
+    n = values.shape[0]
+    x = first
+    n_try = 0
+    while x >= last and n_try < triples:
+        n_try += 1
+        counts[x] -= 1  # x is taken while its pair is looked for
+        y, z = _exact_pair(values, counts, prv, by_len, room - values[x], _prev(prv, n - 1), tries)
+        counts[x] += 1
+        if y >= 0:
+            return x, y, z
+        x = _prev(prv, x - 1) if x > 0 else -1
+    return -1, -1, -1
+
+
+@compiled
 def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries, triples):  # type: ignore[no-untyped-def]
     """Fill item_g (each item's group, pack after pack) and offsets; return the packs."""
     n = values.shape[0]
@@ -104,139 +167,80 @@ def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries, t
     for g in range(n):
         n_left += counts[g]
         v_left += counts[g] * values[g]
+    chosen = np.empty(3, dtype=np.int64)  # the items the next step takes
     pos = 0
     packs = 0
     offsets[0] = 0
     while n_left > 0:
-        top = _next(nxt, 0)
-        _take(counts, nxt, prv, top)
-        item_g[pos] = top
-        pos += 1
-        n_left -= 1
-        v_left -= values[top]
-        room = capacity - values[top]
-        slots = k_max - 1
-        # the items this pack aims at besides its first: the items left per pack their volume fills, + lean
+        room = capacity
+        slots = k_max
         aim = 0
-        if n_left > 0:
-            per = n_left / max(1.0, v_left / capacity)
-            aim = int(per + lean)
-            if aim < 1:
-                aim = 1
-            if aim > slots:
-                aim = slots
+        first = True
         while slots > 0 and n_left > 0:
             g_max = _next(nxt, _first_le(values, room))
             if g_max == n:
                 break
             largest = values[g_max]
-            g = g_max
-            if aim <= 1 or slots == 1:
+            chosen[0] = g_max
+            n_chosen = 1
+            if first:
+                pass  # a pack starts with the largest item left
+            elif aim <= 1 or slots == 1:
                 pass  # the largest item that fits
             elif aim > 2 and slots > 2:
+                # the smallest length >= lo, so that the aim - 1 items after it can still fill the room
                 lo = room - (aim - 1) * largest
                 if lo < 1:
                     lo = 1
-                # the smallest length >= lo: the last group with a length >= lo, then the previous non-empty
-                g_lo = _first_le(values, lo - 1) - 1
+                g_lo = _first_le(values, lo - 1) - 1  # the last group with a length >= lo
                 if g_lo >= 0:
                     g_small = _prev(prv, g_lo)
                     if g_small >= g_max:
-                        g = g_small
-                if triples > 0 and exact_tries > 0 and aim == 3 and g != g_max:
-                    # three to go: an exact triple x <= y <= z, x from the smallest length >= lo up
-                    x = g
-                    found = False
-                    tx = 0
-                    while x >= g_max and tx < triples and not found:
-                        tx += 1
-                        r2 = room - values[x]
-                        counts[x] -= 1
-                        y = _prev(prv, n - 1)
-                        ty = 0
-                        while y >= 0 and 2 * values[y] <= r2 and ty < exact_tries:
-                            ty += 1
-                            if counts[y] > 0:
-                                gz = by_len[r2 - values[y]]
-                                if gz >= 0 and counts[gz] > (1 if gz == y else 0):
-                                    counts[x] += 1
-                                    for gg in (x, y, gz):
-                                        _take(counts, nxt, prv, gg)
-                                        item_g[pos] = gg
-                                        pos += 1
-                                        n_left -= 1
-                                        v_left -= values[gg]
-                                        room -= values[gg]
-                                    slots -= 3
-                                    aim -= 3
-                                    found = True
-                                    break
-                            y = _prev(prv, y - 1) if y > 0 else -1
-                        if not found:
-                            counts[x] += 1
-                            x = _prev(prv, x - 1) if x > 0 else -1
-                    if found:
-                        continue
+                        chosen[0] = g_small
+                if triples > 0 and exact_tries > 0 and aim == 3 and chosen[0] != g_max:
+                    x, y, z = _exact_triple(
+                        values, counts, prv, by_len, room, chosen[0], g_max, triples, exact_tries
+                    )
+                    if x >= 0:
+                        chosen[0] = x
+                        chosen[1] = y
+                        chosen[2] = z
+                        n_chosen = 3
             else:
-                # two to go: x ascending, y the largest length <= room - x (x itself only where two are left)
-                best = largest
-                bx = -1
-                by = -1
-                # every x <= room - largest pairs with the largest item, so of those only the longest counts:
-                # the scan starts there (dense lengths with room to spare cost a scan of every length else)
+                # two to go: every x <= room - largest pairs with the largest item, so of those only the
+                # longest counts: the search starts there (dense lengths with room to spare cost a scan of
+                # every length else)
                 g_a = _first_le(values, room - largest)
                 start = _next(nxt, g_a) if g_a < n else n
                 if start == n:
                     start = _prev(prv, n - 1)
-                # an exact pair first, y looked up by its length (a lookup a length x)
-                x = start
-                tries = 0
-                while x >= 0 and 2 * values[x] <= room and tries < exact_tries:
-                    tries += 1
-                    gy = by_len[room - values[x]]
-                    if gy >= 0 and counts[gy] > (1 if gy == x else 0):
-                        best = room
-                        bx = x
-                        by = gy
-                        break
-                    x = _prev(prv, x - 1) if x > 0 else -1
-                # else the pair that fills the room best among the first PAIR_TRIES lengths x
-                x = start if bx < 0 else -1
-                tries = 0
-                while x >= 0 and 2 * values[x] <= room and tries < PAIR_TRIES:
-                    tries += 1
-                    y = _next(nxt, _first_le(values, room - values[x]))
-                    if y == x and counts[x] < 2:
-                        y = _next(nxt, x + 1)
-                    if y < n and values[y] >= values[x] and (y != x or counts[x] >= 2):
-                        total = values[x] + values[y]
-                        if total > best:
-                            best = total
-                            bx = x
-                            by = y
-                            if total == room:
-                                break
-                    x = _prev(prv, x - 1) if x > 0 else -1
-                if bx >= 0:
-                    _take(counts, nxt, prv, bx)
-                    _take(counts, nxt, prv, by)
-                    item_g[pos] = bx
-                    item_g[pos + 1] = by
-                    pos += 2
-                    n_left -= 2
-                    v_left -= values[bx] + values[by]
-                    room -= values[bx] + values[by]
-                    slots -= 2
-                    aim -= 2
-                    continue
-            _take(counts, nxt, prv, g)
-            item_g[pos] = g
-            pos += 1
-            n_left -= 1
-            v_left -= values[g]
-            room -= values[g]
-            slots -= 1
-            aim -= 1
+                x, y = _exact_pair(values, counts, prv, by_len, room, start, exact_tries)
+                if x < 0:
+                    x, y = _best_pair(values, counts, nxt, prv, room, start, largest)
+                if x >= 0:
+                    chosen[0] = x
+                    chosen[1] = y
+                    n_chosen = 2
+            for j in range(n_chosen):
+                g = chosen[j]
+                _take(counts, nxt, prv, g)
+                item_g[pos] = g
+                pos += 1
+                n_left -= 1
+                v_left -= values[g]
+                room -= values[g]
+            slots -= n_chosen
+            aim -= n_chosen
+            if first:
+                first = False
+                # the items this pack aims at besides its first: the items left per pack their volume fills,
+                # + lean
+                if n_left > 0:
+                    aim = int(n_left / max(1.0, v_left / capacity) + lean)
+                    if aim < 1:
+                        aim = 1
+                    if aim > slots:
+                        aim = slots
         packs += 1
         offsets[packs] = pos
     return packs
