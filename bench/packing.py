@@ -39,6 +39,7 @@ Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -47,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -498,19 +500,19 @@ def long_context_table(n: int, with_python: bool) -> None:
     print_table(header, rows)
 
 
-class _refine_off:
-    """bfd without its refinement stage (PACKCFG_PLANNER_REFINE=off): best fit's plan, for the 'before'
-    columns."""
-
-    def __enter__(self) -> None:
-        self.old = os.environ.get("PACKCFG_PLANNER_REFINE")
-        os.environ["PACKCFG_PLANNER_REFINE"] = "off"
-
-    def __exit__(self, *exc: object) -> None:
-        if self.old is None:
-            del os.environ["PACKCFG_PLANNER_REFINE"]
+@contextlib.contextmanager
+def _switched_off(variable: str) -> Iterator[None]:
+    """A planner stage off for the block (PACKCFG_PLANNER_REFINE=off: best fit's plan, for the 'before'
+    columns; PACKCFG_PLANNER_SLOTS=off: bfd without its slot-balanced plan), the variable restored after."""
+    old = os.environ.get(variable)
+    os.environ[variable] = "off"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[variable]
         else:
-            os.environ["PACKCFG_PLANNER_REFINE"] = self.old
+            os.environ[variable] = old
 
 
 def few_distinct_lengths(n: int, capacity: int, distinct: int, seed: int = 7) -> np.ndarray:
@@ -633,7 +635,7 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
                     ).build(),
                     1,
                 )
-                with _refine_off():
+                with _switched_off("PACKCFG_PLANNER_REFINE"):
                     t_only, _ = _best_of(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
                     before = plan(a, cap, "bfd").num_packs
                 lb = -(-int(a.sum()) // cap)
@@ -797,7 +799,7 @@ def ratio_table(
                 ).build(),
                 3,
             )
-            with _refine_off():
+            with _switched_off("PACKCFG_PLANNER_REFINE"):
                 t_only = _median(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
                 before = plan(a, cap, "bfd").num_packs
             lb = max(-(-int(a.sum()) // cap), l2_bound(a, cap))
@@ -934,11 +936,8 @@ def per_pack_table(n: int, lp: float) -> None:
         lb = lower_bound(values[::-1], counts[::-1], cap, k)
         t_sort, _ = _best_of(lambda: np.argsort(a, kind="stable"), 5)  # noqa: B023
         t_on, p = _best_of(lambda: plan(a, cap, "bfd", max_per_pack=k), 3)  # noqa: B023
-        os.environ["PACKCFG_PLANNER_SLOTS"] = "off"
-        try:
+        with _switched_off("PACKCFG_PLANNER_SLOTS"):
             t_off, q = _best_of(lambda: plan(a, cap, "bfd", max_per_pack=k), 3)  # noqa: B023
-        finally:
-            del os.environ["PACKCFG_PLANNER_SLOTS"]
         row = [
             dist,
             f"{len(a):,}",

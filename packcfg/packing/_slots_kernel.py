@@ -35,30 +35,28 @@ LOOKUP_MAX_CAPACITY = 1 << 22
 
 
 @compiled
-def _next(nxt, g):  # type: ignore[no-untyped-def]
-    """The first non-empty group at or after g (len(nxt) - 1 where none), compressing the path."""
+def _find(parent, g):  # type: ignore[no-untyped-def]
+    """The root of g in a union-find array (parent[g] == g for a root), compressing the path."""
     root = g
-    while nxt[root] != root:
-        root = nxt[root]
-    while nxt[g] != root:
-        up = nxt[g]
-        nxt[g] = root
+    while parent[root] != root:
+        root = parent[root]
+    while parent[g] != root:
+        up = parent[g]
+        parent[g] = root
         g = up
     return root
 
 
 @compiled
+def _next(nxt, g):  # type: ignore[no-untyped-def]
+    """The first non-empty group at or after g (len(nxt) - 1 where none)."""
+    return _find(nxt, g)
+
+
+@compiled
 def _prev(prv, g):  # type: ignore[no-untyped-def]
-    """The last non-empty group at or before g, as index + 1 (0 where none): prv is shifted by one."""
-    g += 1
-    root = g
-    while prv[root] != root:
-        root = prv[root]
-    while prv[g] != root:
-        up = prv[g]
-        prv[g] = root
-        g = up
-    return root - 1
+    """The last non-empty group at or before g (-1 where none): prv is shifted by one."""
+    return _find(prv, g + 1) - 1
 
 
 @compiled
