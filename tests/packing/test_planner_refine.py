@@ -391,11 +391,11 @@ def test_the_nested_stage_re_plans_every_item_where_none_is_big(monkeypatch):
     real = refine._replan
     blocked: list[int] = []
 
-    def no_nested_full_replan(sub, capacity, *args):
+    def no_nested_full_replan(sub, capacity, *args, **kwargs):
         if len(sub) == args[-1] and int(sub.max()) <= capacity // 2:  # every item of a call without big items
             blocked.append(len(sub))
             return None, 0
-        return real(sub, capacity, *args)
+        return real(sub, capacity, *args, **kwargs)
 
     monkeypatch.setattr(refine, "_replan", no_nested_full_replan)
     without = plan(a, 131072)
@@ -404,16 +404,23 @@ def test_the_nested_stage_re_plans_every_item_where_none_is_big(monkeypatch):
     assert p.num_packs - lb <= max(5, lb // 10_000) < without.num_packs - lb
 
 
+def _small_input_kw(lengths, capacity, max_per_pack, align, pairs):
+    """(lengths, plan() keywords) for a SMALL_INPUTS example with DPO pairs or not: with pairs an even count,
+    every pair within the capacity, room for one pair per pack."""
+    kw = {"max_per_pack": max_per_pack, "align": align, "oversize": "truncate", "pairs": pairs}
+    if pairs:
+        lengths = [min(x, capacity // 2 - 8) for x in lengths[: len(lengths) // 2 * 2]] or [1, 1]
+        kw.update(oversize="error", max_per_pack=None if max_per_pack is None else max(2, max_per_pack))
+    return lengths, kw
+
+
 @needs_numba
 @settings(max_examples=40, deadline=None)
 @given(**SMALL_INPUTS, pairs=st.booleans())
 def test_forced_nested_stage_is_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
     """With the target forced to 0 and nesting on every input, the plan is valid (every item once, within
     capacity, max_per_pack and align honoured, DPO pairs side by side) and never has more packs than best fit."""
-    kw = {"max_per_pack": max_per_pack, "align": align, "oversize": "truncate", "pairs": pairs}
-    if pairs:  # pairs: an even count, every pair within the capacity, room for one pair per pack
-        lengths = [min(x, capacity // 2 - 8) for x in lengths[: len(lengths) // 2 * 2]] or [1, 1]
-        kw.update(oversize="error", max_per_pack=None if max_per_pack is None else max(2, max_per_pack))
+    lengths, kw = _small_input_kw(lengths, capacity, max_per_pack, align, pairs)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(refine, "margin", FORCED)
         m.setattr(refine, "NEST_MIN_ITEMS", 0)
@@ -468,8 +475,8 @@ def _tries_with_bounds(monkeypatch, lengths, capacity, **kw):
         )
         return False
 
-    def replan(*args):
-        plan_, spent = real_replan(*args)
+    def replan(*args, **kwargs):
+        plan_, spent = real_replan(*args, **kwargs)
         if events and events[-1][3] is None and len(args[0]) < len(lengths):  # the try's re-planned items
             events[-1][3] = -1 if plan_ is None else len(plan_.offsets) - 1
         return plan_, spent
@@ -528,7 +535,7 @@ def test_the_skip_by_bound_drops_try_two_at_2k_and_keeps_the_plan(monkeypatch, d
     _assert_skips_were_hopeless(events)
     runs = []
     real_replan = refine._replan
-    monkeypatch.setattr(refine, "_replan", lambda *args: runs.append(1) or real_replan(*args))
+    monkeypatch.setattr(refine, "_replan", lambda *args, **kw: runs.append(1) or real_replan(*args, **kw))
     skipped = plan(a, 2048)
     assert len(runs) == 2  # tries 1 and 3; 3 with the skip off
     assert np.array_equal(skipped.offsets, p.offsets) and np.array_equal(skipped.order, p.order)
@@ -627,3 +634,160 @@ def test_item_limited_patterns_save_packs_with_max_per_pack(monkeypatch):
     monkeypatch.setattr(_refine_kernel, "LIMITED_MAX_ITEMS", 0)
     control = plan(a, 4096, max_per_pack=8)
     assert control.num_packs - lb > 300 and p.num_packs - lb < 100
+
+
+def _reachable(values, counts, room, limit):
+    """Every sum <= room of a sub-multiset (at most `limit` items where limit >= 0): a plain set DP."""
+    sums = {0: 0}  # sum -> fewest items
+    for v, c in zip(values, counts, strict=True):
+        for _ in range(int(c)):
+            for s, n in list(sums.items()):
+                t = s + int(v)
+                if t <= room and (limit < 0 or n < limit) and sums.get(t, 1 << 30) > n + 1:
+                    sums[t] = n + 1
+    return sums
+
+
+@needs_numba
+@settings(max_examples=120, deadline=None)
+@given(
+    pairs=st.lists(
+        st.tuples(
+            st.one_of(st.integers(1, 9000), st.integers(1, 140).map(lambda k: 64 * k)), st.integers(1, 6)
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    room=st.one_of(st.integers(0, 2000), st.integers(4000, 9000)),
+    limit=st.integers(-1, 5),
+)
+def test_the_bitset_dp_finds_the_best_subset_sum(pairs, room, limit):
+    """The subset-sum DP (its shift-or over bitsets of room / 64 + 1 words: under and over 64 words, shifts
+    by whole words included) finds the largest sum <= room that a plain DP finds, with at most `limit` items
+    where limit >= 0, and its way back gives items of that sum."""
+    values = np.array(sorted({v for v, _ in pairs}, reverse=True), dtype=np.int64)
+    counts = np.array([sum(c for v2, c in pairs if v2 == v) for v in values], dtype=np.int64)
+    n_words = (room >> 6) + 1
+    layers = 1 if limit < 0 else limit + 1
+    rows = int(sum(int(c).bit_length() for c in counts)) + 2
+    stages = np.empty((rows, layers, n_words), dtype=np.uint64)
+    ch_g = np.empty(rows, dtype=np.int64)
+    ch_n = np.empty(rows, dtype=np.int64)
+    best, n_ch, _ = _refine_kernel._bits_dp(values, counts, 0, len(values), room, limit, stages, ch_g, ch_n)
+    assert best == max(_reachable(values, counts, room, limit))
+    need = np.zeros(len(values), dtype=np.int64)
+    touched = np.empty(len(values) + 1, dtype=np.int64)
+    n_touch, items = _refine_kernel._way_back(
+        stages, ch_g, ch_n, n_ch, best, limit >= 0, values, need, touched, 0
+    )
+    assert int(np.dot(need, values)) == best and int(need.sum()) == items
+    assert (need <= counts).all() and (limit < 0 or items <= limit)
+    assert list(touched[:n_touch]) == sorted(np.flatnonzero(need))
+
+
+@needs_numba
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(1, 40), min_size=2, max_size=40),
+    capacity=st.integers(2048, 16384),
+    seed=st.integers(0, 2**16),
+)
+def test_greedy_led_patterns_are_valid_and_go_on_past_the_budget(counts, capacity, seed):
+    """Once the DP budget is spent, minimum bin slack goes on greedy-led (a pack's largest items first until
+    LED_ROOM tokens are left, the DP on that): every pattern is within the capacity, takes only what the
+    counts hold, and the patterns go on past where a run without the led budget (the control) stops."""
+    rng = np.random.default_rng(seed)
+    values = np.sort(rng.choice(np.arange(1, capacity), size=len(counts), replace=False))[::-1].copy()
+    counts = np.array(counts, dtype=np.int64)
+    budget = 64 + 3 * ((capacity >> 6) + 1)  # about one plain pattern
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_refine_kernel, "LED_ROOM", 512)
+        pat_k, pat_end, ent_g, ent_n, left, packs, _, _, _ = _refine_kernel.patterns(
+            values, counts, capacity, 1 << 20, 1 << 40, budget, 1 << 40
+        )
+    starts = np.concatenate([[0], pat_end[:-1]])
+    assert np.add.reduceat(ent_n * values[ent_g], starts).max() <= capacity
+    used = np.bincount(ent_g, weights=np.repeat(pat_k, np.diff(np.concatenate([[0], pat_end]))) * ent_n)
+    assert np.array_equal(counts - np.pad(used, (0, len(counts) - len(used))).astype(np.int64), left)
+    assert packs == int(pat_k.sum())
+    control = _refine_kernel.patterns(values, counts, capacity, 1 << 20, 1 << 40, budget, 0)
+    assert int(control[4].sum()) == 0 or int(left.sum()) < int(control[4].sum())
+
+
+@needs_numba
+@settings(max_examples=40, deadline=None)
+@given(**SMALL_INPUTS, pairs=st.booleans())
+def test_forced_greedy_led_stage_is_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
+    """The stage forced on with next to no DP budget, so that its patterns are greedy-led from the second on
+    (LED_ROOM 64): plans valid with max_per_pack, align and DPO pairs, never worse than best fit."""
+    lengths, kw = _small_input_kw(lengths, capacity, max_per_pack, align, pairs)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(refine, "margin", FORCED)
+        m.setattr(refine, "WORK_MIN", 1)
+        m.setattr(refine, "WORK_PER_ITEM", 0)
+        m.setattr(refine, "LED_SHARE", 1e12)
+        m.setattr(_refine_kernel, "LED_ROOM", 64)
+        p = plan(lengths, capacity, **kw)
+    _check_forced(p, lengths, capacity, kw)
+
+
+@needs_numba
+def test_greedy_led_patterns_reach_the_target_at_long_context(monkeypatch):
+    """64k samples of 600 distinct lengths at 32k: the DP budget covers the first ~120 patterns (2.3k of ~10k
+    packs); going on greedy-led lands +3 over LB. Control: without the led budget, +7 (the target is +5)."""
+    a = _few_distinct(64_000, 32768, 600)
+    lb = _lb(a, 32768)
+    p = plan(a, 32768)
+    _check(p, a, 32768)
+    monkeypatch.setattr(refine, "LED_SHARE", 0.0)
+    control = plan(a, 32768)
+    assert p.num_packs - lb <= 5 < control.num_packs - lb
+
+
+@needs_numba
+def test_the_budget_is_per_item_below_64k_items_too(monkeypatch):
+    """30k samples of 999 distinct lengths at 4k: with 256 DP cells an item the stage lands within the target
+    (+3 over LB when measured). Control: the 3.6M cells the budget had there when it shrank with the square
+    of the items below 64k, +13."""
+    a = _few_distinct(30_000, 4096, 999)
+    lb = _lb(a, 4096)
+    p = plan(a, 4096)
+    _check(p, a, 4096)
+    monkeypatch.setattr(refine, "WORK_PER_ITEM", 120)
+    monkeypatch.setattr(refine, "LED_SHARE", 0.0)
+    control = plan(a, 4096)
+    assert p.num_packs - lb <= 5 < control.num_packs - lb
+
+
+@needs_numba
+@pytest.mark.parametrize("seed", [0, 1, 3, 8, 9, 12])
+@pytest.mark.parametrize(
+    "kw", [{}, {"align": 8}, {"max_per_pack": 40}, {"pairs": True, "max_per_pack": 40}], ids=str
+)
+def test_forced_greedy_led_patterns_run_and_stay_valid(monkeypatch, seed, kw):
+    """4,000 samples of 60 distinct lengths at 4k, the stage forced on with a DP budget of one cell, so that
+    every pattern after the first is greedy-led (LED_ROOM 512): the patterns ran past the budget, and the plan
+    is valid, DPO pairs side by side, never worse than best fit. Control: with the counts the greedy-led items
+    took not given back before the pattern is applied, items went missing and this failed."""
+    a = _few_distinct(4_000, 4096, 60, seed)
+    if kw.get("pairs"):  # every pair within the capacity
+        a = np.minimum(a, 2040)
+    ran = []
+    real = _refine_kernel.patterns
+
+    def patterns(*args):
+        out = real(*args)
+        ran.append(len(out[0]) > 1 and out[7] > args[5])
+        return out
+
+    monkeypatch.setattr(refine, "margin", FORCED)
+    monkeypatch.setattr(refine, "WORK_MIN", 1)
+    monkeypatch.setattr(refine, "WORK_PER_ITEM", 0)
+    monkeypatch.setattr(refine, "LED_SHARE", 1e12)
+    monkeypatch.setattr(_refine_kernel, "LED_ROOM", 512)
+    monkeypatch.setattr(_refine_kernel, "patterns", patterns)
+    kw = {"max_per_pack": None, **kw}
+    p = plan(a, 4096, **kw)
+    monkeypatch.undo()
+    assert any(ran)
+    _check_forced(p, a, 4096, kw)

@@ -25,16 +25,21 @@ from packcfg.packing.planning.common import (
     switched_off,
 )
 
-# DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.3 ns each
-# compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
+# DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.1-0.3 ns
+# each compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
 # around it, and the cut search (_cut), about as much again (64k samples: 4-19 ms where it runs, argsort
-# 3-8 ms on the shared box); WORK_MIN lets small inputs finish. Below WORK_FULL_ITEMS items the budget
-# shrinks with the square of the items: there the time bar is the 10 ms floor rather than 3x an argsort,
-# and the cut search costs per distinct length, not per item (999 distinct at 2k, 30k samples: 16.5 ms with
-# 256 cells per item, 6 ms with 3M cells, both +6 packs over LB).
+# 3-8 ms on the shared box); WORK_MIN lets small inputs finish. The budget once shrank with the square of
+# the items below 64k (999 distinct at 2k with 30k samples took 16.5 ms with 256 cells per item); since the
+# stage's cost cuts it takes 3.3-3.8 ms there either way, and the full budget brings 30k samples of 999
+# distinct at 4k from +13 to +3 over LB and 600 distinct at 8k from +7 to +4 (4-7 ms, under the 10 ms floor).
 WORK_PER_ITEM = 256
-WORK_FULL_ITEMS = 64_000
 WORK_MIN = 3_000_000
+# below NEST_MIN_ITEMS, the try that spends the budget goes on with greedy-led patterns for this share of
+# what it had (_refine_kernel.LED_ROOM): at long context the budget covers the first 72-120 patterns of
+# ~10k packs (64k samples at 32k, 600 / 999 distinct: +7 / +8 -> +3 / +4 over LB). From NEST_MIN_ITEMS the
+# tries and the nested stage share the budget, and a try going on led left the others none (1M samples, 600
+# distinct at 128k: +6 -> +13).
+LED_SHARE = 1.0
 # try 1 keeps the big-item packs with at most capacity >> TIGHT_SHIFT tokens of slack (4 at 2k; was 8: 64k
 # samples, 999 distinct at 2k / 4k / 8k +12 / +7 / +6 -> +9 / +4 / +4, 600 at 2k +7 -> +6, 999 at 32k
 # +7 -> +8, no row slower: it runs where the kept packs' slack is what the stage cannot recover); from
@@ -184,9 +189,10 @@ def refine(
         return packing
     if prepare is not None:
         prepare()
-    work = max(WORK_MIN, WORK_PER_ITEM * len(a) * min(len(a), WORK_FULL_ITEMS) // WORK_FULL_ITEMS)
+    work = max(WORK_MIN, WORK_PER_ITEM * len(a))
     best, best_packs = packing, packs
     nest = depth < NEST_DEPTH and (depth > 0 or len(a) >= NEST_MIN_ITEMS)
+    led = not nest and depth == 0  # greedy-led patterns once the budget is spent (LED_SHARE)
     if shifts is None:
         shifts = TIGHT_SHIFTS_LARGE if len(a) >= NEST_MIN_ITEMS else (TIGHT_SHIFT,)
 
@@ -234,7 +240,18 @@ def refine(
         ):
             continue  # no plan of the kept packs and the rest can have fewer packs than the best so far
         plan, spent = _replan(
-            sub, capacity, k_max, sub_present, sub_counts, waste, work, rest_fit, count, stop - n_kept, len(a)
+            sub,
+            capacity,
+            k_max,
+            sub_present,
+            sub_counts,
+            waste,
+            work,
+            rest_fit,
+            count,
+            stop - n_kept,
+            len(a),
+            led=led,
         )
         work -= spent
         if plan is not None and n_kept + len(plan.offsets) - 1 < best_packs:
@@ -242,7 +259,9 @@ def refine(
             best_packs = len(best.offsets) - 1
     if work > 0 and best_packs > stop and (not nested or not big.any()):  # nested: where try 1 kept nothing
         waste = packs * capacity - int(np.dot(present, counts)) - capacity
-        plan, _ = _replan(a, capacity, k_max, present, counts, waste, work, rest_fit, count, stop, len(a))
+        plan, _ = _replan(
+            a, capacity, k_max, present, counts, waste, work, rest_fit, count, stop, len(a), led=led
+        )
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
             best_packs = len(best.offsets) - 1
@@ -297,16 +316,18 @@ def _replan(
     count: Callable[[np.ndarray, np.ndarray], int] | None = None,
     goal: int = 0,
     n_all: int = 0,
+    led: bool = False,
 ) -> tuple[Packing | None, int]:
     """Minimum bin slack patterns, then `rest_fit(lengths, packs to aim at)` (best fit; from NEST_MIN_ITEMS
     items best fit and the nested stage) on what they leave: (the plan of the items of `a`, or None
     where no pattern was applied; the DP cells spent). With `count`, the patterns kept are the first c, c
     chosen for the fewest packs in all, or the first found with at most `goal` (_cut; `n_all`, the items
-    of the whole input, sets how many cut points)."""
+    of the whole input, sets how many cut points). `led`: once `work` is spent, the patterns go on
+    greedy-led for LED_SHARE of it again (_refine_kernel.LED_ROOM)."""
     from packcfg.packing import _refine_kernel
 
     pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _, spent, first_limited = _refine_kernel.patterns(
-        present, counts, capacity, k_max, waste_budget, work
+        present, counts, capacity, k_max, waste_budget, work, int(LED_SHARE * work) if led else 0
     )
     if count is not None and len(pat_k):
         points = CUT_POINTS_LARGE if n_all >= CUT_LARGE_ITEMS else CUT_POINTS
