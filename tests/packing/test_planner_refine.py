@@ -361,6 +361,30 @@ def test_large_inputs_re_plan_the_rest_with_the_stage_nested(monkeypatch):
 
 
 @needs_numba
+def test_the_stage_nests_from_2_to_the_17_items_with_one_slack_limit(monkeypatch):
+    """Between NEST_MIN_ITEMS (2**17) and TWO_SHIFTS_ITEMS (2**18) items the stage nests, with try 1's one
+    slack limit. 140k samples of 999 distinct lengths at 32k: +4 over LB when measured (the target is +5).
+    Control: nesting from 2**18 items only, as before, +9."""
+    a = _few_distinct(140_000, 32768, 999)
+    lb = _lb(a, 32768)
+    shifts: list[tuple[int, ...]] = []
+    real = refine.refine
+
+    def spy(*args, **kw):
+        if len(args) > 10:
+            shifts.append(args[10])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(refine, "refine", spy)
+    p = plan(a, 32768)
+    _check(p, a, 32768)
+    assert shifts and set(shifts) == {(refine.TIGHT_SHIFT,)}  # nested calls, each with the one limit
+    monkeypatch.setattr(refine, "NEST_MIN_ITEMS", 1 << 18)
+    control = plan(a, 32768)
+    assert p.num_packs - lb <= 5 < control.num_packs - lb
+
+
+@needs_numba
 def test_large_inputs_go_on_past_the_first_plan_within_the_target(monkeypatch):
     """From STOP_AT_LB_ITEMS items the tries do not stop at the first plan within the target but go on (the
     budget allowing) until one reaches LB. 1M samples of 300 distinct lengths at 2k (bench/packing.py's

@@ -148,7 +148,7 @@ def refine(
     shifts: tuple[int, ...] | None = None,
     depth: int = 0,
 ) -> Packing:
-    """bfd's plan, or a plan with fewer packs. Up to three tries (four from NEST_MIN_ITEMS items), sharing one
+    """bfd's plan, or a plan with fewer packs. Up to three tries (four from TWO_SHIFTS_ITEMS items), sharing one
     work budget, until one lands within LB + max(5, 0.01% LB) (from STOP_AT_LB_ITEMS items: until one reaches
     LB, the budget allowing):
 
@@ -166,8 +166,8 @@ def refine(
     run (bfd loads its compiled best fit there: numba is being loaded for the stage anyway); `count(values,
     counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop.
 
-    From NEST_MIN_ITEMS items, try 1 runs once for each slack limit capacity >> TIGHT_SHIFTS_LARGE, and what
-    the kept patterns leave is planned by best fit and then this stage, nested (try 1 only, or try 3 where
+    From TWO_SHIFTS_ITEMS items, try 1 runs once for each slack limit capacity >> TIGHT_SHIFTS_LARGE; from
+    NEST_MIN_ITEMS items, what the kept patterns leave is planned by best fit and then this stage, nested (try 1 only, or try 3 where
     no item left is over capacity / 2 so that try 1 has nothing to keep; with the same limits) rather than
     by best fit alone. `goal` given marks a nested call, which aims at the packs the outer plan leaves to
     it, not at a target of its own; `shifts`: the slack limits; `depth`: the nesting level (NEST_DEPTH)."""
@@ -194,7 +194,7 @@ def refine(
     nest = depth < NEST_DEPTH and (depth > 0 or len(a) >= NEST_MIN_ITEMS)
     led = not nest and depth == 0  # greedy-led patterns once the budget is spent (LED_SHARE)
     if shifts is None:
-        shifts = TIGHT_SHIFTS_LARGE if len(a) >= NEST_MIN_ITEMS else (TIGHT_SHIFT,)
+        shifts = TIGHT_SHIFTS_LARGE if len(a) >= TWO_SHIFTS_ITEMS else (TIGHT_SHIFT,)
 
     def rest_fit(rest: np.ndarray, rest_goal: int) -> Packing:
         """Best fit on what the kept patterns leave; from NEST_MIN_ITEMS items, then this stage on that
@@ -376,17 +376,22 @@ def _replan(
     return Packing(offsets, fills=fills, build=build), spent
 
 
-# from this many items, what the kept patterns leave is planned by the stage again (nested, try 1 only, or try
-# 3 where nothing left is over capacity / 2) rather than by best fit alone, and try 1 runs with
-# TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k +127 -> +51 (+115 with both limits and no nesting, +75
+# from NEST_MIN_ITEMS items, what the kept patterns leave is planned by the stage again (nested, try 1 only, or
+# try 3 where nothing left is over capacity / 2) rather than by best fit alone, and from TWO_SHIFTS_ITEMS try 1
+# runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k +127 -> +51 (+115 with both limits and no nesting, +75
 # nesting with one limit), at 2k +185 -> +125, at 32k +21 -> +9, 600 distinct at 128k +17 -> +13; there the
 # stage costs 1-2x an argsort. The nested stage's other tries (every big-item pack kept, every item
 # re-planned) on every rest took 999 distinct at 2k from 200 to 340 ms and saved a pack only at 128k (600
 # distinct +13 -> +11); try 3 only where try 1 has no pack to keep gives that (+8 with STOP_AT_LB_ITEMS) at
 # next to no cost elsewhere. Below NEST_MIN_ITEMS the stage already costs close to 3x an argsort at 2k (64k
 # samples: nesting took 999 distinct at 2k from 13 to 25 ms, +12 -> +10), and nesting saved no pack on any
-# input measured at 30k-50k samples, so smaller inputs keep best fit on the rest.
-NEST_MIN_ITEMS = 1 << 18
+# input measured at 30k-50k samples, so smaller inputs keep best fit on the rest. Nesting ran from 2**18 items
+# until issue 23 measured the sizes between: from 2**17, with one limit below 2**18 (600 / 999 distinct, x an
+# argsort warm: 140k samples at 4k +11 / +11 -> +4 / +5, 999 at 32k +9 -> +4, up to 2.3x; 250k at 32k +17 -> +5,
+# at 128k +9 / +6 -> +4 / +4; two limits took 999 distinct at 2k with 140k samples to 3.4-3.7x for +17; at 70k
+# samples nesting saved no pack, and cost up to 2.9x)
+NEST_MIN_ITEMS = 1 << 17
+TWO_SHIFTS_ITEMS = 1 << 18
 # levels of nesting: the nested stage nests once more, on rests under NEST_DEEP_MAX_ITEMS (1M samples, 999
 # distinct at 4k +51 -> +43, 0-15 ms; no other row changed, and a third level changed none). On larger rests
 # (450k-530k items at 2k) it took 999 distinct at 2k from 1.45x to 1.93x an argsort and saved no pack.
@@ -404,7 +409,7 @@ SKIP_BY_BOUND = True
 # distinct at 8k / 32k +17 / +14 -> +5 / +3, 63 distinct at 2k / 4k +8 / +2 -> +0; with the nested stage's
 # try 3 where nothing left is big, 600 distinct at 128k +13 -> +8, +11 with that alone), at 0.5-1.7x an
 # argsort where the stage was 0.4-1.6x; below it the stage is already near 3x an argsort at 2k.
-STOP_AT_LB_ITEMS = NEST_MIN_ITEMS
+STOP_AT_LB_ITEMS = 1 << 18
 
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
 # then as many again around the best of them
