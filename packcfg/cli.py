@@ -82,7 +82,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run one command; Ctrl-C anywhere (imports and argument parsing included) is one line and exit 130."""
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        print("packcfg: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     from packcfg.core.cli_args import start_invocation
 
     start_invocation()  # each deprecated spelling is warned once per command
@@ -98,9 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except KeyboardInterrupt:
-        print("packcfg: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
 

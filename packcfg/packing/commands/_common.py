@@ -162,6 +162,8 @@ def run_guarded(prog: str, body: Callable[[], int]) -> int:
         print(f"packcfg {prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
+        if os.environ.get("PACKCFG_DEBUG"):
+            traceback.print_exc()
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"packcfg {prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
