@@ -30,7 +30,7 @@ Then (--per-pack-only) bfd with max_per_pack, its slot-balanced plan on and off,
 with the item limit.
 
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
-       [--long-only] [--few-only] [--ratio-only [--ratio-n 64000,1000000] [--no-cold] [--lp-bound SECONDS]]
+       [--long-only] [--few-only] [--ratio-only [--ratio-n 30000,64000,150000,1000000] [--no-cold] [--lp-bound SECONDS]]
        [--per-pack-only [--per-pack-n N] [--lp-bound SECONDS]]
        [--long-n N]
        [--with-python] [--repeat K]
@@ -1004,7 +1004,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--ratio-only", action="store_true", help="only bfd / argsort on every distribution at 2k-128k"
     )
-    ap.add_argument("--ratio-n", default="64000,1000000", help="sample counts for --ratio-only")
+    ap.add_argument(
+        "--ratio-n",
+        default="30000,64000,150000,1000000",
+        help="sample counts for --ratio-only (150k lies between the refinement stage's 2**17 and 2**18)",
+    )
     ap.add_argument("--no-cold", action="store_true", help="--ratio-only without the fresh-process runs")
     ap.add_argument(
         "--ratio-dists",
