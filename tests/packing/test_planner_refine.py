@@ -815,3 +815,18 @@ def test_forced_greedy_led_patterns_run_and_stay_valid(monkeypatch, seed, kw):
     monkeypatch.undo()
     assert any(ran)
     _check_forced(p, a, 4096, kw)
+
+
+@needs_numba
+@pytest.mark.parametrize(("distinct", "k_max", "align"), [(600, 8, 1), (999, 6, 8)])
+def test_going_on_past_max_per_pack_never_loses_the_earlier_cut(monkeypatch, distinct, k_max, align):
+    """Where the patterns go on past max_per_pack (the item-limited DP), the cut search also searches the
+    patterns up to where they used to stop, as it did then. 64k samples at 2k: the plan has no more packs
+    than with the stage stopping there (LIMITED_MAX_ITEMS 0). Searched over every pattern only, with that
+    stop as one candidate, they had 19,044 and 22,374 packs against 19,035 and 22,346."""
+    a = _few_distinct(64_000, 2048, distinct)
+    p = plan(a, 2048, max_per_pack=k_max, align=align)
+    _check(p, p.item_aligned, 2048, k_max)
+    monkeypatch.setattr(_refine_kernel, "LIMITED_MAX_ITEMS", 0)
+    stopped = plan(a, 2048, max_per_pack=k_max, align=align)
+    assert p.num_packs <= stopped.num_packs

@@ -12,7 +12,7 @@ Python would cost seconds) and is skipped without it, or with PACKCFG_PLANNER_RE
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -438,8 +438,10 @@ def _cut(
     best fit would on what they take: the packs of the first c patterns plus best fit's on the rest, over
     c, dip and rise again (600 distinct lengths at 2k, 64k samples: 122 packs over LB at c = 0, 297 with
     every pattern, 7 at the best c). The sum is evaluated at `points` evenly spaced c and around the best
-    of them (best fit on a histogram costs 0.2-0.4 ms at 64k samples), every pattern and the cuts in `extra`
-    always among them; the search stops at the first c with at most `goal` packs."""
+    of them (best fit on a histogram costs 0.2-0.4 ms at 64k samples), every pattern among them, and then
+    likewise over 1..e for each e in `extra` (where the patterns stopped before they went on past
+    max_per_pack: the search that ran there, so that going on never loses a cut it would have found); the
+    search stops at the first c with at most `goal` packs."""
     n_pat = len(pat_k)
     per_entry = np.repeat(pat_k, np.diff(np.concatenate([[0], pat_end]))) * ent_n
     packs_before = np.concatenate([[0], np.cumsum(pat_k)])
@@ -457,18 +459,29 @@ def _cut(
             seen[c] = int(packs_before[c]) + (count(present[keep], rest[keep]) if keep.any() else 0)
         return seen[c]
 
-    step = max(1, -(-n_pat // points))
-    fine = max(1, step // (points // 2))
     best = n_pat
 
-    def candidates() -> Iterator[int]:
-        yield from (n_pat, *extra, *range(step, n_pat, step))
-        around = best  # the best coarse point, once they are all seen
-        yield from range(max(1, around - step + fine), min(n_pat, around + step), fine)
+    def search(n: int) -> bool:
+        """c in 1..n: n, `points` evenly spaced, then finer around the best of them; True at a c within goal."""
+        nonlocal best
+        step = max(1, -(-n // points))
+        fine = max(1, step // (points // 2))
+        here = n
+        for c in (n, *range(step, n, step)):
+            if total(c) < total(here):
+                here = c
+            if total(here) < total(best):
+                best = here
+            if total(best) <= goal:
+                return True
+        for c in range(max(1, here - step + fine), min(n, here + step), fine):  # around the best coarse c
+            if total(c) < total(best):
+                best = c
+            if total(best) <= goal:
+                return True
+        return False
 
-    for c in candidates():
-        if total(c) < total(best):
-            best = c
-        if total(best) <= goal:
+    for n in (n_pat, *extra):
+        if search(n):
             break
     return best, (left if best == n_pat else rest_at(best))
