@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,24 +148,28 @@ def spool(
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
         f = open(workdir / SPOOL_FILE, "wb")  # closed below
+    # closed on the way out, so that an exception here (Ctrl-C included) stops and joins the reader thread
+    # at once: while the exception's traceback holds this frame, the generator would otherwise stay open,
+    # and a daemon thread still inside pyarrow when the interpreter exits can abort the process
     try:
-        for b in prefetched(iter_batches(Path(path), tokenizer, batch_size)):
-            if len(b.values):
-                max_id = max(max_id, int(b.values.max()))
-            if f is not None:
-                if bits_for(max_id) > bits:  # an id past 2**15: the spool so far becomes 32-bit
-                    f.close()
-                    _widen(workdir / SPOOL_FILE, total)  # type: ignore[operator]
-                    f = open(workdir / SPOOL_FILE, "ab")  # type: ignore[operator]
-                    bits = 32
-                pack_values(b.values, b.mask, bits).tofile(f)
-            else:
-                parts.append((b.values, b.mask))
-            offsets_parts.append(b.offsets[1:] + total)
-            lines_parts.append(b.sample_lines())
-            total += int(b.offsets[-1])
-            if progress is not None:
-                progress.update(len(b.offsets) - 1)
+        with closing(prefetched(iter_batches(Path(path), tokenizer, batch_size))) as batches:
+            for b in batches:
+                if len(b.values):
+                    max_id = max(max_id, int(b.values.max()))
+                if f is not None:
+                    if bits_for(max_id) > bits:  # an id past 2**15: the spool so far becomes 32-bit
+                        f.close()
+                        _widen(workdir / SPOOL_FILE, total)  # type: ignore[operator]
+                        f = open(workdir / SPOOL_FILE, "ab")  # type: ignore[operator]
+                        bits = 32
+                    pack_values(b.values, b.mask, bits).tofile(f)
+                else:
+                    parts.append((b.values, b.mask))
+                offsets_parts.append(b.offsets[1:] + total)
+                lines_parts.append(b.sample_lines())
+                total += int(b.offsets[-1])
+                if progress is not None:
+                    progress.update(len(b.offsets) - 1)
     finally:
         if f is not None:
             f.close()
