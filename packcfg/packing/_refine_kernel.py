@@ -45,8 +45,8 @@ def inlined(fn: Any) -> Any:
 @inlined
 def _shift_or(dst, src, low, w, n_words):  # type: ignore[no-untyped-def]
     """dst = src | (low << w) over the first n_words words (what passes the last is dropped). Written over
-    views that start at 0, so that the loops vectorise, and inlined: indexed as low[i - q] in _bits_dp they did
-    not (0.65 -> 0.30 ns a word at 513 words a row; as a call that was not inlined, the 33-word rows at 2k
+    views that start at 0, so that the loops vectorise, and inlined: indexed as low[i - q] in _bits_dp they
+    did not (0.65 -> 0.30 ns a word at 513 words a row; as a call that was not inlined, the 33-word rows at 2k
     cost more than they saved)."""
     q = w >> 6
     r = w & 63
@@ -233,8 +233,8 @@ def _patterns(
             else:
                 hi = mid
         work += 64
-        # the pattern: the top item, the greedy-led items, then the DP's path back from `best`; its groups kept
-        # ascending
+        # the pattern: the top item, the greedy-led items, then the DP's path back from `best`; its groups
+        # kept ascending
         touched[0] = top
         need[top] = 1
         n_touch = 1

@@ -453,6 +453,7 @@ def test_an_interrupted_spool_stops_its_reader_thread_at_once(tmp_path, suffix):
     running, a daemon thread still inside pyarrow when the interpreter exits can abort the process (once,
     `pack` died of SIGABRT, -6, instead of exiting 130 in the signal test above). Control: the same read
     without closing the batches leaves the thread alive."""
+    import contextlib
     import threading
 
     from packcfg.packing.sources import spooling
@@ -483,22 +484,9 @@ def test_an_interrupted_spool_stops_its_reader_thread_at_once(tmp_path, suffix):
 
     assert interrupted() == []
     with pytest.MonkeyPatch.context() as m:  # control: the generator left open until collected
-        m.setattr(spooling, "closing", lambda gen: _NotClosing(gen))
+        m.setattr(spooling, "closing", contextlib.nullcontext)
         left = interrupted()
         assert left, "the control should leave the reader running"
     for t in left:  # the control's generator is collected by now, which stops its thread
         t.join(timeout=10)
         assert not t.is_alive()
-
-
-class _NotClosing:
-    """contextlib.closing's shape without the close (the control above)."""
-
-    def __init__(self, gen):
-        self.gen = gen
-
-    def __enter__(self):
-        return self.gen
-
-    def __exit__(self, *exc):
-        return False

@@ -148,9 +148,9 @@ def refine(
     shifts: tuple[int, ...] | None = None,
     depth: int = 0,
 ) -> Packing:
-    """bfd's plan, or a plan with fewer packs. Up to three tries (four from TWO_SHIFTS_ITEMS items), sharing one
-    work budget, until one lands within LB + max(5, 0.01% LB) (from STOP_AT_LB_ITEMS items: until one reaches
-    LB, the budget allowing):
+    """bfd's plan, or a plan with fewer packs. Up to three tries (four from TWO_SHIFTS_ITEMS items), sharing
+    one work budget, until one lands within LB + max(5, 0.01% LB) (from STOP_AT_LB_ITEMS items: until one
+    reaches LB, the budget allowing):
 
     1. keep bfd's packs that hold an item over capacity / 2 and have at most capacity >> TIGHT_SHIFT tokens
        of slack (they need a pack each anyway, and little can improve them) and re-plan the other items;
@@ -167,7 +167,8 @@ def refine(
     counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop.
 
     From TWO_SHIFTS_ITEMS items, try 1 runs once for each slack limit capacity >> TIGHT_SHIFTS_LARGE; from
-    NEST_MIN_ITEMS items, what the kept patterns leave is planned by best fit and then this stage, nested (try 1 only, or try 3 where
+    NEST_MIN_ITEMS items, what the kept patterns leave is planned by best fit and then this stage, nested
+    (try 1 only, or try 3 where
     no item left is over capacity / 2 so that try 1 has nothing to keep; with the same limits) rather than
     by best fit alone. `goal` given marks a nested call, which aims at the packs the outer plan leaves to
     it, not at a target of its own; `shifts`: the slack limits; `depth`: the nesting level (NEST_DEPTH)."""
@@ -376,9 +377,10 @@ def _replan(
     return Packing(offsets, fills=fills, build=build), spent
 
 
-# from NEST_MIN_ITEMS items, what the kept patterns leave is planned by the stage again (nested, try 1 only, or
-# try 3 where nothing left is over capacity / 2) rather than by best fit alone, and from TWO_SHIFTS_ITEMS try 1
-# runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k +127 -> +51 (+115 with both limits and no nesting, +75
+# from NEST_MIN_ITEMS items, what the kept patterns leave is planned by the stage again (nested, try 1 only,
+# or try 3 where nothing left is over capacity / 2) rather than by best fit alone, and from TWO_SHIFTS_ITEMS
+# try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k +127 -> +51 (+115 with both limits and
+# no nesting, +75
 # nesting with one limit), at 2k +185 -> +125, at 32k +21 -> +9, 600 distinct at 128k +17 -> +13; there the
 # stage costs 1-2x an argsort. The nested stage's other tries (every big-item pack kept, every item
 # re-planned) on every rest took 999 distinct at 2k from 200 to 340 ms and saved a pack only at 128k (600
@@ -387,9 +389,9 @@ def _replan(
 # samples: nesting took 999 distinct at 2k from 13 to 25 ms, +12 -> +10), and nesting saved no pack on any
 # input measured at 30k-50k samples, so smaller inputs keep best fit on the rest. Nesting ran from 2**18 items
 # until issue 23 measured the sizes between: from 2**17, with one limit below 2**18 (600 / 999 distinct, x an
-# argsort warm: 140k samples at 4k +11 / +11 -> +4 / +5, 999 at 32k +9 -> +4, up to 2.3x; 250k at 32k +17 -> +5,
-# at 128k +9 / +6 -> +4 / +4; two limits took 999 distinct at 2k with 140k samples to 3.4-3.7x for +17; at 70k
-# samples nesting saved no pack, and cost up to 2.9x)
+# argsort warm: 140k samples at 4k +11 / +11 -> +4 / +5, 999 at 32k +9 -> +4, up to 2.3x; 250k at 32k
+# +17 -> +5, at 128k +9 / +6 -> +4 / +4; two limits took 999 distinct at 2k with 140k samples to 3.4-3.7x
+# for +17; at 70k samples nesting saved no pack, and cost up to 2.9x)
 NEST_MIN_ITEMS = 1 << 17
 TWO_SHIFTS_ITEMS = 1 << 18
 # levels of nesting: the nested stage nests once more, on rests under NEST_DEEP_MAX_ITEMS (1M samples, 999
@@ -462,7 +464,8 @@ def _cut(
     best = n_pat
 
     def search(n: int) -> bool:
-        """c in 1..n: n, `points` evenly spaced, then finer around the best of them; True at a c within goal."""
+        """c in 1..n: n, `points` evenly spaced, then finer around the best of them; True at a c within
+        goal."""
         nonlocal best
         step = max(1, -(-n // points))
         fine = max(1, step // (points // 2))
