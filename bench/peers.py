@@ -159,7 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers-python", default="/work/venvs/peers/bin/python")
     ap.add_argument("--oracle-python", default="/work/venvs/oracle-0.3.1/bin/python")
     ap.add_argument("--no-corpora", action="store_true", help="skip the real corpora")
-    ap.add_argument("--peers", default=",".join(_PEERS), help="which peers, comma-separated (bridge, trl, axolotl, llamafactory)")
+    ap.add_argument(
+        "--peers",
+        default=",".join(_PEERS),
+        help="which peers, comma-separated (bridge, trl, axolotl, llamafactory)",
+    )
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.n.split(",")]
     caps = [int(x) for x in args.caps.split(",")]

@@ -193,7 +193,9 @@ def test_pack_reads_the_pre_0_6_section_name_and_names_it_back(tmp_path, monkeyp
         rc, _, err = run_cli(capsys, "pack", "exp.yaml")
         assert rc == 0, err
         meta = json.loads((tmp_path / section / "metadata.json").read_text())[0]
-        assert (meta["max_samples_per_bin"] > 0) and meta["pack_size"] == 1024 and meta["pad_seq_to_mult"] == 8, meta
+        assert (
+            (meta["max_samples_per_bin"] > 0) and meta["pack_size"] == 1024 and meta["pad_seq_to_mult"] == 8
+        ), meta
 
 
 def test_analyze_table_json_and_plot(tmp_path, capsys, sample_sft):
