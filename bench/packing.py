@@ -783,7 +783,7 @@ def ratio_table(
         header += ["cold ms", "path", "load ms", "x argsort"]
     header += ["best fit ms", "before", "packs - LB", "packs ok", "time ok"]
     if lp:
-        header += ["LP master", "LP bound", "packs - LP bound", "LP s"]
+        header += ["LP master", "LP bound", "packs - LP bound", "LP plan - LB", "LP s"]
     rows = []
     root = str(Path(__file__).resolve().parents[1])
     worst: dict[str, float] = {}
@@ -868,7 +868,9 @@ def ratio_table(
             " LP (--lp-bound, rows that miss only): the cutting-stock LP (Gilmore-Gomory column generation, "
             "bench/lp_bound.py); LP master: the restricted master's last optimum, an upper bound on the LP "
             "('<=': it fell to L2 or below, so ceil(LP) <= L2; '~': stopped by the time limit); LP bound: the "
-            "larger of L2 and ceil of Farley's bound, valid wherever the search stopped."
+            "larger of L2 and ceil of Farley's bound, valid wherever the search stopped; LP plan: that last "
+            "optimum made whole (each pattern used its whole times, bfd on the items left): a real plan, so an "
+            "upper bound on the optimum, which shows whether the target is reachable."
             if lp
             else ""
         )
@@ -879,19 +881,26 @@ def _lp_columns(a: np.ndarray, cap: int, p, lb: int, target: int, seconds: float
     """The cutting-stock LP bound's columns of a ratio row, where bfd misses the target against L2: the
     master LP's last optimum (an upper bound on the LP; "<=" where the search stopped because it fell to L2
     or below, so the LP cannot raise the bound), the integer bound (max of L2 and ceil of Farley's bound),
-    packs over it (ok where within max(5, 0.01%) of it) and the seconds it took."""
+    packs over it (ok where within max(5, 0.01%) of it), the LP's plan made whole (its patterns used whole
+    times, bfd on the rest: a real plan, so whether the target is reachable) over LB, and the seconds."""
     if p.num_packs - lb <= target:
-        return ["-", "-", "-", "-"]
+        return ["-", "-", "-", "-", "-"]
     from lp_bound import cutting_stock_bound, plan_patterns
 
     values = np.unique(a)
     r = cutting_stock_bound(
-        a, cap, plan_patterns(a, p.offsets, p.order, values), time_limit=seconds, known=lb
+        a,
+        cap,
+        plan_patterns(a, p.offsets, p.order, values),
+        time_limit=seconds,
+        known=lb,
+        pack_rest=lambda rest: plan(rest, cap, "bfd").num_packs,
     )
     tag = "" if r["exact"] else ("<= " if r["capped"] else "~")
     over = p.num_packs - r["bound"]
     ok = "ok" if over <= max(5, r["bound"] // 10_000) else "MISS"
-    return [f"{tag}{r['lp']:,.2f}", f"{r['bound']:,}", f"{over:+d} {ok}", f"{r['seconds']:.0f}"]
+    rounded = f"{r['rounded'] - lb:+d} ({r['rounded_rest']:,} left to bfd)"
+    return [f"{tag}{r['lp']:,.2f}", f"{r['bound']:,}", f"{over:+d} {ok}", rounded, f"{r['seconds']:.0f}"]
 
 
 PER_PACK_ROWS = (
@@ -959,9 +968,15 @@ def per_pack_table(n: int, lp: float) -> None:
                 time_limit=lp,
                 known=lb,
                 max_per_pack=k,
+                pack_rest=lambda rest, cap=cap, k=k: plan(rest, cap, "bfd", max_per_pack=k).num_packs,
             )
             tag = "" if r["exact"] else ("<= " if r["capped"] else "~")
-            row += [f"{tag}{r['lp']:,.2f}", f"+{p.num_packs - r['bound']:,}", f"{r['seconds']:.0f}"]
+            row += [
+                f"{tag}{r['lp']:,.2f}",
+                f"+{p.num_packs - r['bound']:,}",
+                f"{r['rounded'] - lb:+,}",
+                f"{r['seconds']:.0f}",
+            ]
         rows.append(row)
         print(".", end="", file=sys.stderr, flush=True)
     print(f"\n## bfd with max_per_pack, N = {n:,} (the real corpora as they are)\n")
@@ -976,14 +991,15 @@ def per_pack_table(n: int, lp: float) -> None:
         "ms without / with",
         "x argsort",
     ]
-    print_table(header + (["LP master", "over LP bound", "LP s"] if lp else []), rows)
+    print_table(header + (["LP master", "over LP bound", "LP plan - LB", "LP s"] if lp else []), rows)
     print(
         "\nLB: max(ceil(sum / cap), L2, the slot bound (refine.slot_bound; at least items / max_per_pack)); without slots: PACKCFG_PLANNER_SLOTS=off (best "
         "fit and the refinement stage); ms: warm CPU, best of 3; x argsort: bfd against one np.argsort of the "
         "lengths."
         + (
             " LP: the cutting-stock LP with at most max_per_pack items a pattern ('<=': the master fell to LB, "
-            "so LB is what the LP gives; '~': stopped by the time limit)."
+            "so LB is what the LP gives; '~': stopped by the time limit); LP plan: its last optimum made whole "
+            "(each pattern its whole times, bfd with the limit on the rest), a real plan."
             if lp
             else ""
         )
