@@ -158,13 +158,16 @@ def _optimum(lengths: list[int], capacity: int, k_max: int) -> int:
     return best[-1]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 40), min_size=1, max_size=9),
-    capacity=st.integers(40, 80),
+    capacity=st.integers(10, 80),
     k_max=st.integers(1, 5),
 )
 def test_the_slot_bound_never_exceeds_the_optimum(lengths, capacity, k_max):
+    """Both forms: capacities down to 10 with lengths up to the capacity make most small cases hold items over
+    capacity / 2 (the big-item form's case), the larger ones few."""
+    lengths = [min(x, capacity) for x in lengths]
     values, counts = np.unique(lengths, return_counts=True)
     opt = _optimum(lengths, capacity, k_max)
     assert refine.slot_bound(values, counts, capacity, k_max) <= opt
@@ -179,6 +182,21 @@ def test_the_slot_bound_counts_items_that_leave_room_for_few_others():
     assert refine.slot_bound(values, counts, 10, 3) == 4 == _optimum(lengths, 10, 3)
     assert refine.l2_bound(values, counts, 10) == 3 and -(-len(lengths) // 3) == 3
     assert plan(lengths, 10, max_per_pack=3).stats["packs"] == 4
+
+
+def test_the_big_item_form_counts_the_room_that_long_items_leave():
+    """Two items of 99 in packs of 100 with 4 a pack each take one short item with them; the other five short
+    ones need two packs: 4. The volume (205 / 100), the item count (9 / 4), L2 and the slot form (2 / 2 + 7 /
+    4 = 2.75) give 3; the big-item form gives 2 x (1 - 1/4) + 7 / 4 = 3.25, so 4, and the plan is at it."""
+    lengths = [99, 99, 1, 1, 1, 1, 1, 1, 1]
+    values, counts = np.unique(lengths, return_counts=True)
+    assert _optimum(lengths, 100, 4) == 4
+    assert refine.slot_bound(values, counts, 100, 4) == 4
+    slot_form = 2 / (1 + 1) + 7 / (1 + 3)  # the slot form alone (the control)
+    assert -(-sum(lengths) // 100) == -(-len(lengths) // 4) == refine.l2_bound(values, counts, 100) == 3
+    assert int(np.ceil(slot_form)) == 3
+    p = plan(lengths, 100, max_per_pack=4)
+    assert p.num_packs == 4 == p.stats["lower_bound_max_per_pack"]
 
 
 def test_stats_report_the_lower_bound_with_max_per_pack():
