@@ -610,7 +610,6 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
         "argsort ms",
         "bfd ms",
         "x argsort",
-        "x stable",
         "python ms",
         "best fit ms",
         "packs",
@@ -777,6 +776,7 @@ def ratio_table(
         "argsort ms",
         "bfd ms",
         "x argsort",
+        "x stable",
         "python ms",
         "x argsort",
     ]
