@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 warnings.filterwarnings("ignore")
@@ -144,6 +145,8 @@ def measure_memory() -> int:
 
     from packcfg.plan.estimate import GIB, Precision, memory
     from packcfg.train.loop import TrainOptions, train
+    from packcfg.train.model import use_transformer_engine
+    from packcfg.train.settings import TrainSettings
 
     if not torch.cuda.is_available():
         print("bench/plan.py --memory needs a CUDA GPU", file=sys.stderr)
@@ -156,7 +159,11 @@ def measure_memory() -> int:
                 [REPO / "recipes/tiny_cpu_sft.yaml"],
                 [*overrides, "train.train_iters=3", "checkpoint.save_interval=0"],
             )
+            # as the executor builds the model here: the local spec's unfused GLU without Transformer Engine
             shape = shape_from_config(cfg)
+            shape = replace(
+                shape, fused_activation=use_transformer_engine(TrainSettings.from_config(cfg).model)
+            )
             specs = cfg["dataset"]["offline_packing_specs"]
             layout = Layout(
                 1, 1, 1, 1, int(specs["packed_sequence_size"]), 1, int(cfg["train"]["global_batch_size"])

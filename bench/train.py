@@ -203,8 +203,8 @@ def throughput_tables(args: argparse.Namespace, trainer: Trainer) -> Iterator[li
         layouts = {name: [to_device(b, DEVICE) for b in batches] for name, batches in layouts.items()}
         for name in list(layouts):  # warm-up: allocator, first-call costs per shape, optimizer state
             batches = layouts[name]
-            try:
-                run_layout(trainer, batches if DEVICE.type == "cuda" else batches[:2])  # GPU: every shape once
+            try:  # on a GPU every shape once
+                run_layout(trainer, batches if DEVICE.type == "cuda" else batches[:2])
             except torch.OutOfMemoryError:
                 # a micro-batch too large for this device (the 1b preset's padded MBS 8 on 80 GB): leave the
                 # layout out of the table, say so once, and go on with the others

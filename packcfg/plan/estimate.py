@@ -152,17 +152,28 @@ def _stage_layers(shape: ModelShape, pp: int) -> int:
     return shape.num_layers // pp
 
 
+def mlp_saved_elements(shape: ModelShape) -> int:
+    """Elements per token the MLP keeps for backward past its input (at TP 1): fc1's output (2f gated, f
+    otherwise) and the activation's output (f, fc2's input); megatron-core's unfused GLU (the local spec,
+    0.16.1 mlp.py `glu`) also keeps silu(x1) and x2 + offset, 2f more."""
+    f = shape.ffn_hidden_size
+    if not shape.gated_linear_unit:
+        return 2 * f
+    return 3 * f if shape.fused_activation else 5 * f
+
+
 def activation_bytes_per_token_layer(shape: ModelShape, layout: Layout, precision: Precision) -> float:
     """Bytes one token keeps for the backward pass in one layer without recomputation (on one TP rank).
 
     Saved per token (elements): the two norms' inputs and outputs (4h; split by TP only with sequence
     parallel), q, k, v after RoPE and the attention output (2q + 2kv), the MLP's fc1 output (2f gated,
     f otherwise) and the activation's output (f), all split by TP; plus flash attention's fp32
-    log-sum-exp per head."""
-    h, f = shape.hidden_size, shape.ffn_hidden_size
+    log-sum-exp per head. An unfused GLU (`shape.fused_activation` false) also keeps silu(x1) and
+    x2 + offset (2f more)."""
+    h = shape.hidden_size
     a, tp = precision.activation_bytes, layout.tp
     replicated = 4 * h
-    sharded = 2 * shape.q_size + 2 * shape.kv_size + f * (2 if shape.gated_linear_unit else 1) + f
+    sharded = 2 * shape.q_size + 2 * shape.kv_size + mlp_saved_elements(shape)
     per_token = a * (replicated / (tp if layout.sp else 1) + sharded / tp)
     return per_token + 4 * shape.num_attention_heads / tp
 
@@ -195,8 +206,11 @@ def memory(
         logits = 0.0
         if stage == layout.pp - 1:
             # output layer input and the fp32 logits of vocab-parallel cross entropy (Megatron-LM's
-            # 4 x s x b x h x (1 + V/h), divided by TP)
-            logits = 4 * tokens * (shape.hidden_size + shape.padded_vocab(layout.tp)) / layout.tp
+            # 4 x s x b x h x (1 + V/h), divided by TP); in bf16 the logits themselves stay alive beside
+            # their fp32 copy until the loss is taken (megatron-core 0.16.1 cross_entropy.py makes the copy
+            # with `.float()`; in fp32 that is the same tensor, worked on in place)
+            vocab = shape.padded_vocab(layout.tp)
+            logits = (4 * (shape.hidden_size + vocab) + (a * vocab if a < 4 else 0)) * tokens / layout.tp
         parts = {
             "weights": params * precision.weight_bytes,
             "gradients": params * precision.grad_bytes,
