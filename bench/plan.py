@@ -145,6 +145,7 @@ def measure_memory() -> int:
 
     from packcfg.plan.estimate import GIB, Precision, memory
     from packcfg.train.loop import TrainOptions, train
+    from packcfg.train.mcore_compat import spec_activation_supported
     from packcfg.train.model import use_transformer_engine
     from packcfg.train.settings import TrainSettings
 
@@ -159,11 +160,13 @@ def measure_memory() -> int:
                 [REPO / "recipes/tiny_cpu_sft.yaml"],
                 [*overrides, "train.train_iters=3", "checkpoint.save_interval=0"],
             )
-            # as the executor builds the model here: the local spec's unfused GLU without Transformer Engine
+            # as the executor builds the model here: TE's fused SwiGLU or packcfg's (both keep fc1's output
+            # only), megatron's unfused GLU where this megatron-core cannot take an activation module
             shape = shape_from_config(cfg)
-            shape = replace(
-                shape, fused_activation=use_transformer_engine(TrainSettings.from_config(cfg).model)
+            fused = (
+                use_transformer_engine(TrainSettings.from_config(cfg).model) or spec_activation_supported()
             )
+            shape = replace(shape, fused_activation=fused)
             specs = cfg["dataset"]["offline_packing_specs"]
             layout = Layout(
                 1, 1, 1, 1, int(specs["packed_sequence_size"]), 1, int(cfg["train"]["global_batch_size"])

@@ -58,9 +58,10 @@ class ModelShape:
     add_qkv_bias: bool = False
     qk_layernorm: bool = False
     pad_vocab_to: int = 1  # make_vocab_size_divisible_by when the vocabulary is padded, else 1
-    # megatron's fused bias-activation (Transformer Engine's layer spec, as Bridge runs it). False: the local
-    # spec's unfused GLU (megatron-core 0.16.1 mlp.py `glu`), which keeps silu(x1) and x2 + offset for the
-    # backward pass besides fc1's output: 2 x ffn more elements per token and layer when gated
+    # an activation that keeps only fc1's output for backward: Transformer Engine's fused SwiGLU (as Bridge
+    # runs it) or packcfg's executor's own (packcfg.train.activation). False (`transformer_impl: local`):
+    # megatron's unfused GLU (megatron-core 0.16.1 mlp.py `glu`), which also keeps silu(x1) and x2 + offset,
+    # 2 x ffn more elements per token and layer when gated
     fused_activation: bool = True
 
     # ------------------------------------------------------------------ sizes

@@ -33,6 +33,10 @@ facts). Rather than patching megatron, the executor avoids those spots and this 
   `p2p_communication.py` calls `torch.cuda.synchronize()` after every shape exchange.
 - A tied output weight on the last pipeline stage is moved to CUDA before megatron's embedding-group
   all-reduce (`LanguageModule.setup_embeddings_and_output_layer`): `cpu_tensor_cuda` while building.
+- Not a shim but a memory fix: the local MLP's unfused GLU keeps two more ffn-sized tensors per token than
+  TE's fused SwiGLU; the local spec gets `activation.SwiGLU` instead, through megatron's own spec slot
+  (`MLPSubmodules.activation_func`, used when `use_te_activation_func` is set), where this release has
+  both (`spec_activation_supported`).
 
 Version differences (0.16.1 is the newest for Python 3.11; later releases need 3.12) are handled
 here by feature tests on signatures rather than version numbers where possible.
@@ -208,9 +212,22 @@ class SequenceParallelTorchNorm:
         return norm
 
 
+def spec_activation_supported() -> bool:
+    """Whether megatron's MLP takes its activation from the spec (`MLPSubmodules.activation_func`, applied
+    to the whole fc1 output when `TransformerConfig.use_te_activation_func` is set; megatron-core 0.16.1):
+    both must exist, or the flag alone would apply plain silu to both halves."""
+    from megatron.core.transformer.mlp import MLPSubmodules
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return "activation_func" in getattr(MLPSubmodules, "__dataclass_fields__", {}) and (
+        "use_te_activation_func" in getattr(TransformerConfig, "__dataclass_fields__", {})
+    )
+
+
 def local_layer_spec(core_attention: ModuleSpec, qk_layernorm: bool = False) -> ModuleSpec:
     """megatron's local (no-TE) GPT layer spec, RMSNorm (q/k norms too when asked), with
-    `core_attention` swapped in and every norm a `SequenceParallelTorchNorm`."""
+    `core_attention` swapped in, every norm a `SequenceParallelTorchNorm`, and the MLP's activation
+    packcfg's `SwiGLU` (it keeps only fc1's output for backward) where `spec_activation_supported`."""
     kwargs: dict[str, Any] = {"qk_layernorm": qk_layernorm}
     if accepts_kwarg(gpt_layer_specs.get_gpt_layer_local_spec, "normalization"):
         kwargs["normalization"] = "RMSNorm"
@@ -220,6 +237,10 @@ def local_layer_spec(core_attention: ModuleSpec, qk_layernorm: bool = False) -> 
     layer.pre_mlp_layernorm = SequenceParallelTorchNorm
     attention = layer.self_attention.submodules
     attention.core_attention = core_attention
+    if spec_activation_supported():
+        from packcfg.train.activation import SwiGLU
+
+        layer.mlp.submodules.activation_func = SwiGLU
     if qk_layernorm:
         # q/k norms act on full-sequence heads: not sequence parallel (their TP sum is by name, below).
         attention.q_layernorm = attention.k_layernorm = _QkTorchNorm

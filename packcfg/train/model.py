@@ -74,6 +74,8 @@ def transformer_config(settings: ModelSettings, use_te: bool, pp: int | None = N
         calculate_per_token_loss=True,
         # Fused kernels are CUDA-only; the local path turns every fusion off.
         bias_activation_fusion=use_te,
+        # the local spec's SwiGLU module (packcfg.train.activation) instead of megatron's unfused GLU
+        use_te_activation_func=not use_te and mcore_compat.spec_activation_supported(),
         masked_softmax_fusion=False,
         bias_dropout_fusion=use_te,
         apply_rope_fusion=use_te and settings.apply_rope_fusion,

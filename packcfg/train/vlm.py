@@ -459,6 +459,8 @@ def _vision_configs(
     proj_config = transformer_config(proj, use_te=False)
     proj_config.gated_linear_unit = False
     proj_config.activation_func = F.gelu
+    if hasattr(proj_config, "use_te_activation_func"):  # the projector's spec has no activation module
+        proj_config.use_te_activation_func = False
     return vit_config, proj_config
 
 
