@@ -27,8 +27,13 @@ def _row(p: Proposal, unit: int) -> list[str]:
         str(lay.global_batch_size), str(lay.pack_size), str(lay.pad_seq_to_mult), lay.recompute,
         _gib(mem["weights"] + mem.get("reference", 0.0)), _gib(mem["gradients"]), _gib(mem["optimizer"]), _gib(mem["activations"]),
         _gib(mem["logits"]), _gib(mem["total"]), f"{p.profile.efficiency:.1%}",
-        f"{e.step_seconds:.3g}", f"{e.tokens_per_second:,.0f}",
+        _seconds(e.step_seconds), f"{e.tokens_per_second:,.0f}",
     ]  # fmt: skip
+
+
+def _seconds(value: float) -> str:
+    """Step seconds with their trailing zeros (7.00, not 7), three significant digits below 0.1 s."""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.3g}"
 
 
 def _fmt_count(n: int) -> str:
