@@ -145,8 +145,7 @@ def measure_memory() -> int:
 
     from packcfg.plan.estimate import GIB, Precision, memory
     from packcfg.train.loop import TrainOptions, train
-    from packcfg.train.mcore_compat import spec_activation_supported
-    from packcfg.train.model import use_transformer_engine
+    from packcfg.train.model import mlp_keeps_fc1_output_only
     from packcfg.train.settings import TrainSettings
 
     if not torch.cuda.is_available():
@@ -163,9 +162,7 @@ def measure_memory() -> int:
             # as the executor builds the model here: TE's fused SwiGLU or packcfg's (both keep fc1's output
             # only), megatron's unfused GLU where this megatron-core cannot take an activation module
             shape = shape_from_config(cfg)
-            fused = (
-                use_transformer_engine(TrainSettings.from_config(cfg).model) or spec_activation_supported()
-            )
+            fused = mlp_keeps_fc1_output_only(TrainSettings.from_config(cfg).model)
             shape = replace(shape, fused_activation=fused)
             specs = cfg["dataset"]["offline_packing_specs"]
             layout = Layout(

@@ -24,6 +24,12 @@ def use_transformer_engine(settings: ModelSettings) -> bool:
     return settings.transformer_impl == "transformer_engine" and mcore_compat.has_transformer_engine()
 
 
+def mlp_keeps_fc1_output_only(settings: ModelSettings) -> bool:
+    """Whether the MLP saves only fc1's output for backward: TE's fused SwiGLU, or packcfg's SwiGLU in the
+    local spec (`packcfg.train.activation`); else megatron's unfused GLU (`packcfg plan`'s `fused_activation`)."""
+    return use_transformer_engine(settings) or mcore_compat.spec_activation_supported()
+
+
 def attention_method(settings: ModelSettings) -> tuple[varlen.Method, str]:
     """The THD attention kernel of packcfg's local spec on this machine, and why (varlen.choose);
     ValueError names `model.attention_backend` when an explicit request cannot run here."""
