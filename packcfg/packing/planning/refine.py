@@ -33,6 +33,16 @@ from packcfg.packing.planning.common import (
 # stage's cost cuts it takes 3.3-3.8 ms there either way, and the full budget brings 30k samples of 999
 # distinct at 4k from +13 to +3 over LB and 600 distinct at 8k from +7 to +4 (4-7 ms, under the 10 ms floor).
 WORK_PER_ITEM = 256
+# ... times LARGE_WORK_FACTOR from LARGE_WORK_ITEMS items to STOP_AT_LB_ITEMS (below): 999 distinct with 100k
+# samples at 8k / 32k +6 / +6 -> +0 / +2 over LB, with 130k at 32k +8 -> +2, each as fast or faster (a try
+# stops at its first plan within the goal, and these find one sooner). Below 2**16 it stays at 256: a try
+# that runs longer before its cut is searched took 64k samples of 999 distinct at 32k from 2.1x to 3.6x an
+# argsort, one pack worse (+4 -> +5); and from STOP_AT_LB_ITEMS, where the tries go on to LB while the budget
+# lasts, it took 1M samples at 128k from 1.15x to 2.1x warm and 2.95x cold (600 distinct, +6 -> +2, within
+# the target either way). 512 cells brought 8k within the target but not 32k (bench/packing.py --ratio-only,
+# 2026-11-27; docs/packing.md, "A larger budget from 2**16 samples").
+LARGE_WORK_FACTOR = 4
+LARGE_WORK_ITEMS = 1 << 16
 WORK_MIN = 3_000_000
 # below NEST_MIN_ITEMS, the try that spends the budget goes on with greedy-led patterns for this share of
 # what it had (_refine_kernel.LED_ROOM): at long context the budget covers the first 72-120 patterns of
@@ -52,11 +62,26 @@ TIGHT_SHIFT = 9
 TIGHT_SHIFTS_LARGE = (9, 10)
 # the subset-sum DP keeps capacity / 64 words per step: above this capacity (tokens) the stage is skipped
 MAX_CAPACITY = 1 << 20
+# From SPARSE_MIN_ITEMS items, lengths that occur under SPARSE_MULTIPLICITY times each on average skip the stage
+# too: a pattern goes to as many packs as the counts allow, so there each covers about one pack and the DP
+# budget buys next to nothing. Uniform lengths at 128k (1.3-1.7 samples a length with 64k-150k samples) are
+# such inputs: the stage saved no pack there, where the LP shows best fit optimal (L2 is what falls short),
+# and cost up to 3.6x an argsort with the budget above (150k samples: 32 ms against best fit's 12 ms). Below
+# SPARSE_MIN_ITEMS it costs under the 10 ms floor (30k samples at 128k: 3.7 ms in all) and runs as before.
+SPARSE_MULTIPLICITY = 2
+SPARSE_MIN_ITEMS = 1 << 15
 # Lengths that take more than this fraction of the values 1..longest (near-continuous, e.g. uniform) skip the
 # stage: there every remainder has an exact filler, best fit's gap is its tail, and the stage saved no pack on
 # any such input measured (uniform lengths, 64k and 1M samples, 2k-128k) while costing up to 3x an argsort
 # (docs/packing.md, "Quality").
 DENSE_FRACTION = 0.75
+
+
+def work_per_item(n_items: int, nested: bool = False) -> int:
+    """The DP cells the stage may spend per item of an input of n_items (WORK_PER_ITEM; LARGE_WORK_FACTOR x
+    that at the top level only: a nested stage's rest keeps the budget it had)."""
+    large = not nested and LARGE_WORK_ITEMS <= n_items < STOP_AT_LB_ITEMS
+    return WORK_PER_ITEM * (LARGE_WORK_FACTOR if large else 1)
 
 
 def enabled() -> bool:
@@ -184,6 +209,8 @@ def refine(
     it, not at a target of its own; `shifts`: the slack limits; `depth`: the nesting level (NEST_DEPTH)."""
     if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
         return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
+    if len(a) >= SPARSE_MIN_ITEMS and len(a) < SPARSE_MULTIPLICITY * len(present):
+        return packing  # about one sample a length (SPARSE_MULTIPLICITY)
     packs = len(packing.offsets) - 1
     nested = goal is not None
     stop = goal  # the tries and the cut search stop at a plan with at most this many packs
@@ -200,7 +227,7 @@ def refine(
         return packing
     if prepare is not None:
         prepare()
-    work = max(WORK_MIN, WORK_PER_ITEM * len(a))
+    work = max(WORK_MIN, work_per_item(len(a), nested) * len(a))
     best, best_packs = packing, packs
     nest = depth < NEST_DEPTH and (depth > 0 or len(a) >= NEST_MIN_ITEMS)
     led = not nest and depth == 0  # greedy-led patterns once the budget is spent (LED_SHARE)
