@@ -65,9 +65,10 @@ MAX_CAPACITY = 1 << 20
 # From SPARSE_MIN_ITEMS items, lengths that occur under SPARSE_MULTIPLICITY times each on average skip the stage
 # too: a pattern goes to as many packs as the counts allow, so there each covers about one pack and the DP
 # budget buys next to nothing. Uniform lengths at 128k (1.3-1.7 samples a length with 64k-150k samples) are
-# such inputs: the stage saved no pack there, where the LP shows best fit optimal (L2 is what falls short),
-# and cost up to 3.6x an argsort with the budget above (150k samples: 32 ms against best fit's 12 ms). Below
-# SPARSE_MIN_ITEMS it costs under the 10 ms floor (30k samples at 128k: 3.7 ms in all) and runs as before.
+# such inputs: the stage saved no pack there (L2 is what falls short; the LP shows best fit optimal on the
+# uniform rows it solved) and took 70k / 100k samples to 3.6x / 3.1x an argsort (150k samples with the larger
+# budget above: 32 ms against best fit's 12 ms). Below SPARSE_MIN_ITEMS it costs under the 10 ms floor (30k
+# samples at 128k: 3.7 ms in all) and runs as before.
 SPARSE_MULTIPLICITY = 2
 SPARSE_MIN_ITEMS = 1 << 15
 # Lengths that take more than this fraction of the values 1..longest (near-continuous, e.g. uniform) skip the
