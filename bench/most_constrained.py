@@ -1,0 +1,149 @@
+"""Most-constrained-first exact packs, then bfd on what they leave: a lead for the rows where bfd misses the
+packs target (issue 23: 600 / 999 distinct lengths at 2k and 4k), for the benchmark only, never on the
+planner's path (it is NumPy, seconds a row, where the planner has milliseconds).
+
+bfd builds its packs longest sample first, and the refinement stage's minimum bin slack does too. The
+cutting-stock LP's plans (bench/lp_bound.py, LB + 1 on those rows) look different: they fill the big items'
+room with short and middling samples and leave the 684-1,024-token samples (at 2k) to packs of two of them and
+an exact third (docs/packing.md, "Where the LP's plan puts the lengths"). This builds exact packs in another
+order, on the length histogram:
+
+1. For every length v left, count its exact completions by one or two other samples: a sample of capacity - v,
+   or a pair summing to it (the pair-sum counts are the histogram convolved with itself).
+2. Take the length with the fewest completions per sample of it (the most constrained, as in exact-cover
+   search), and complete it with the single sample if there is one, else with the pair whose rarer length
+   has the most samples left.
+3. Apply that exact pack to as many samples of v as `share` of the rarest of its lengths allows (at least
+   once), and go back to 1. A length with no completion left is set aside.
+
+What is set aside is planned by `packcfg.packing.planner.plan` (bfd with its refinement stage). Every pack
+of step 3 is exactly full, so the plan is valid and its packs are an upper bound on the optimum.
+
+    python bench/most_constrained.py                      # the rows bfd misses at 64k-130k samples
+    python bench/most_constrained.py 100000:4096:999      # N:capacity:distinct lengths
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from packing import few_distinct_lengths, l2_bound, print_table  # noqa: E402
+
+from packcfg.packing.planner import plan  # noqa: E402
+
+ROWS = ("64000:2048:600", "64000:2048:999", "100000:2048:600", "130000:2048:600", "100000:4096:999")
+
+
+def exact_packs(counts: np.ndarray, capacity: int, share: float = 0.1) -> tuple[int, np.ndarray, int]:
+    """Most-constrained-first exact packs on `counts` (samples of each length 0..capacity): (packs, the counts
+    left, steps)."""
+    cnt = counts.astype(np.int64).copy()
+    aside = np.zeros(capacity + 1, dtype=bool)
+    packs = steps = 0
+    while True:
+        live = np.flatnonzero((cnt > 0) & ~aside)
+        if len(live) == 0:
+            return packs, cnt, steps
+        pair_sums = np.convolve(cnt, cnt)[: capacity + 1]  # ordered pairs by sum (an estimate: x + x counted)
+        room = capacity - live
+        options = pair_sums[room] + 2 * cnt[room]
+        v = int(live[np.argmin(options / cnt[live])])
+        fill = _completion(cnt, v, capacity)
+        if fill is None:
+            aside[v] = True
+            continue
+        need: dict[int, int] = {}
+        for length in (v, *fill):
+            need[length] = need.get(length, 0) + 1
+        assert sum(k * n for k, n in need.items()) == capacity
+        times = 0
+        limit = max(1, int(share * min(cnt[length] for length in need)))
+        while times < limit and all(cnt[length] >= n for length, n in need.items()):
+            for length, n in need.items():
+                cnt[length] -= n
+            times += 1
+        packs += times
+        steps += 1
+
+
+def _completion(cnt: np.ndarray, v: int, capacity: int) -> tuple[int, ...] | None:
+    """One sample of capacity - v, else the pair summing to it whose rarer length has the most samples (v's own
+    sample taken out first); None where neither exists."""
+    room = capacity - v
+    cnt[v] -= 1
+    try:
+        if room == 0:
+            return ()
+        if cnt[room] > 0:
+            return (room,)
+        xs = np.arange(1, room // 2 + 1)
+        ok = (cnt[xs] > 0) & (cnt[room - xs] > np.where(room - xs == xs, 1, 0))
+        if not ok.any():
+            return None
+        xs = xs[ok]
+        x = int(xs[np.argmax(np.minimum(cnt[xs], cnt[room - xs]))])
+        return (x, room - x)
+    finally:
+        cnt[v] += 1
+
+
+def compare(n: int, capacity: int, distinct: int, share: float) -> list[str]:
+    """One row: bfd's packs over LB, and most-constrained-first exact packs plus bfd on the rest."""
+    a = few_distinct_lengths(n, capacity, distinct)
+    lb = l2_bound(a, capacity)
+    bfd = plan(a, capacity).num_packs
+    t0 = time.perf_counter()
+    packs, left, steps = exact_packs(np.bincount(a, minlength=capacity + 1), capacity, share)
+    seconds = time.perf_counter() - t0
+    rest = np.repeat(np.arange(capacity + 1), left)
+    total = packs + (plan(rest, capacity).num_packs if len(rest) else 0)
+    return [
+        f"{distinct} distinct",
+        f"{n:,}",
+        str(capacity),
+        f"+{bfd - lb}",
+        f"+{total - lb}",
+        f"{len(rest):,}",
+        f"{steps:,}",
+        f"{seconds:.1f}",
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rows", nargs="*", default=list(ROWS), help="N:capacity:distinct (default: %(default)s)")
+    ap.add_argument("--share", type=float, default=0.1, help="step 3's share (default: %(default)s)")
+    args = ap.parse_args()
+    out = []
+    for row in args.rows:
+        try:
+            n, capacity, distinct = (int(x) for x in row.split(":"))
+        except ValueError:
+            ap.error(f"a row is N:capacity:distinct, not {row!r}")
+        print(f"  {distinct} distinct N={n:,} cap={capacity}", file=sys.stderr, flush=True)
+        out.append(compare(n, capacity, distinct, args.share))
+    print_table(
+        [
+            "lengths",
+            "N",
+            "cap",
+            "bfd: packs - LB",
+            "most constrained + bfd",
+            "left to bfd",
+            "steps",
+            "s (NumPy)",
+        ],
+        out,
+    )
+
+
+if __name__ == "__main__":
+    main()
