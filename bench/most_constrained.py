@@ -1,7 +1,8 @@
 """Most-constrained-first exact packs, then bfd on what they leave: a lead for the rows where bfd misses the
 packs target (issue 23: 600 / 999 distinct lengths at 2k and 4k), for the benchmark only, never on the
-planner's path (compiled with numba, 60-290 ms a row where the planner has 15-40 ms below 2**18 samples; the
-NumPy version, the readable reference, takes seconds to minutes).
+planner's default path: the planner runs it compiled only with PACKCFG_PLANNER_EXACT=on, from 2**18 samples
+(`packcfg/packing/_exact_kernel.py`, which this script times; `--check` compares it with the NumPy version
+below, the readable reference, which takes seconds to minutes a row).
 
 bfd builds its packs longest sample first, and the refinement stage's minimum bin slack does too. The
 cutting-stock LP's plans (bench/lp_bound.py, LB + 1 on those rows) look different: they fill the big items'
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from packing import few_distinct_lengths, l2_bound, print_table  # noqa: E402
 
+from packcfg.packing import _exact_kernel  # noqa: E402
 from packcfg.packing.planner import plan  # noqa: E402
 
 ROWS = ("64000:2048:600", "64000:2048:999", "100000:2048:600", "130000:2048:600", "100000:4096:999")
@@ -96,98 +98,6 @@ def _completion(cnt: np.ndarray, v: int, capacity: int) -> tuple[int, ...] | Non
         cnt[v] += 1
 
 
-try:
-    import numba as _nb
-
-    _jit = _nb.njit(cache=True, nogil=True)
-except Exception:  # pragma: no cover - without numba only the NumPy version runs
-
-    def _jit(fn):  # type: ignore[no-untyped-def]
-        return None
-
-
-@_jit
-def _exact_packs_compiled(counts, capacity, share):  # type: ignore[no-untyped-def]
-    """exact_packs, compiled: the same packs and counts left (`--check` compares them), with the pair-sum counts
-    kept up to date rather than convolved again each step: conv(c + d) = conv(c) + 2 conv(c, d) + conv(d, d),
-    d the counts a step takes (at most three lengths)."""
-    cnt = counts.astype(np.int64).copy()
-    n = capacity + 1
-    aside = np.zeros(n, np.bool_)
-    pair_sums = np.zeros(2 * capacity + 1, np.int64)
-    for x in range(n):
-        if cnt[x]:
-            for y in range(n):
-                if cnt[y]:
-                    pair_sums[x + y] += cnt[x] * cnt[y]
-    packs = 0
-    steps = 0
-    lengths = np.zeros(3, np.int64)
-    per_pack = np.zeros(3, np.int64)
-    while True:
-        v = -1
-        best = 0.0
-        for u in range(n):  # ascending, the first minimum: np.argmin's choice
-            if cnt[u] > 0 and not aside[u]:
-                room = capacity - u
-                ratio = (pair_sums[room] + 2 * cnt[room]) / cnt[u]
-                if v < 0 or ratio < best:
-                    best = ratio
-                    v = u
-        if v < 0:
-            return packs, cnt, steps
-        room = capacity - v
-        cnt[v] -= 1
-        fill = np.full(2, -1, np.int64)
-        if room == 0:
-            fill[0] = -2  # nothing to add
-        elif cnt[room] > 0:
-            fill[0] = room
-        else:
-            most = -1
-            for x in range(1, room // 2 + 1):
-                y = room - x
-                if cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
-                    most = min(cnt[x], cnt[y])
-                    fill[0] = x
-                    fill[1] = y
-        cnt[v] += 1
-        if fill[0] == -1:
-            aside[v] = True
-            continue
-        m = 0
-        for length in (v, fill[0], fill[1]):
-            if length < 0:
-                continue
-            for i in range(m + 1):
-                if i == m:
-                    lengths[m] = length
-                    per_pack[m] = 1
-                    m += 1
-                    break
-                if lengths[i] == length:
-                    per_pack[i] += 1
-                    break
-        rarest = cnt[lengths[0]]
-        for i in range(1, m):
-            rarest = min(rarest, cnt[lengths[i]])
-        times = max(1, int(share * rarest))
-        for i in range(m):
-            times = min(times, cnt[lengths[i]] // per_pack[i])
-        for i in range(m):
-            d = -times * per_pack[i]
-            for y in range(n):
-                if cnt[y]:
-                    pair_sums[lengths[i] + y] += 2 * d * cnt[y]
-        for i in range(m):
-            for j in range(m):
-                pair_sums[lengths[i] + lengths[j]] += times * per_pack[i] * times * per_pack[j]
-        for i in range(m):
-            cnt[lengths[i]] -= times * per_pack[i]
-        packs += times
-        steps += 1
-
-
 def compare(n: int, capacity: int, distinct: int, share: float, check: bool) -> list[str]:
     """One row: bfd's packs over LB, and most-constrained-first exact packs plus bfd on the rest; the exact
     packs' time compiled (process CPU, the second of two calls) against one argsort of the lengths, and with
@@ -199,24 +109,26 @@ def compare(n: int, capacity: int, distinct: int, share: float, check: bool) -> 
     t0 = time.process_time()
     np.argsort(a)
     argsort_s = time.process_time() - t0
-    if _exact_packs_compiled is not None:
-        _exact_packs_compiled(counts[:1], 0, share)  # compiled (or read from the cache) outside the timing
-        t0 = time.process_time()
-        packs, left, steps = _exact_packs_compiled(counts, capacity, share)
-        compiled_ms = f"{(time.process_time() - t0) * 1000:.0f}"
-        ratio = f"{(time.process_time() - t0) / argsort_s:.2f}x"
-    else:
-        compiled_ms = ratio = "-"
+    present = np.flatnonzero(counts)
+    _exact_kernel.exact_patterns(present[:1], counts[present[:1]], capacity, share, 1)  # compiled / cached
+    t0 = time.process_time()
+    pat_k, _, _, _, left_of, packs = _exact_kernel.exact_patterns(
+        present, counts[present], capacity, share, 64 * (len(present) + 16)
+    )
+    compiled_s = time.process_time() - t0
+    compiled_ms, ratio = f"{compiled_s * 1000:.0f}", f"{compiled_s / argsort_s:.2f}x"
+    left = np.zeros(capacity + 1, dtype=np.int64)
+    left[present] = left_of
+    steps = len(pat_k)
     numpy_s = "-"
-    if check or _exact_packs_compiled is None:
+    if check:
         t0 = time.process_time()
         reference = exact_packs(counts, capacity, share)
         numpy_s = f"{time.process_time() - t0:.1f}"
-        if _exact_packs_compiled is not None:
-            same = reference[0] == packs and np.array_equal(reference[1], left) and reference[2] == steps
-            if not same:
-                raise SystemExit(f"the compiled and NumPy versions differ on {n}:{capacity}:{distinct}")
-        packs, left, steps = reference
+        if not (reference[0] == packs and np.array_equal(reference[1], left) and reference[2] == steps):
+            raise SystemExit(
+                f"the planner's kernel and the NumPy version differ on {n}:{capacity}:{distinct}"
+            )
     rest = np.repeat(np.arange(capacity + 1), left)
     total = packs + (plan(rest, capacity).num_packs if len(rest) else 0)
     return [

@@ -15,6 +15,11 @@ def switched_off(variable: str) -> bool:
     return os.environ.get(variable, "").lower() in ("0", "off", "no", "false")
 
 
+def switched_on(variable: str) -> bool:
+    """Whether an opt-in environment switch (PACKCFG_PLANNER_EXACT) says on."""
+    return os.environ.get(variable, "").lower() in ("1", "on", "yes", "true")
+
+
 class PlanError(ValueError):
     """Inputs the planner cannot honour; the message is one line that names the offending value."""
 

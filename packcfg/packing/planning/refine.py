@@ -23,6 +23,7 @@ from packcfg.packing.planning.common import (
     length_histogram,
     sorted_desc,
     switched_off,
+    switched_on,
 )
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.1-0.3 ns
@@ -304,6 +305,18 @@ def refine(
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
             best_packs = len(best.offsets) - 1
+    if (
+        not nested
+        and len(a) >= EXACT_MIN_ITEMS
+        and best_packs > goal
+        and k_max >= 3
+        and len(present) <= EXACT_MAX_DISTINCT
+        and switched_on("PACKCFG_PLANNER_EXACT")
+    ):
+        plan = _exact_try(a, capacity, present, counts, rest_fit, stop)
+        if plan is not None and len(plan.offsets) - 1 < best_packs:
+            best = plan
+            best_packs = len(best.offsets) - 1
     # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal; below
     # STOP_AT_LB_ITEMS items only where one pack is missing: there its budget (about 1M operations) saved at
     # most one pack on any row measured (64k samples: 600 distinct at 2k +6 -> +5; 999 distinct at 2k and
@@ -316,6 +329,28 @@ def refine(
     ):
         best = eliminate.eliminate(a, capacity, k_max, best, stop)
     return best
+
+
+def _exact_try(
+    a: np.ndarray,
+    capacity: int,
+    present: np.ndarray,
+    counts: np.ndarray,
+    rest_fit: Callable[[np.ndarray, int], Packing],
+    goal: int,
+) -> Packing | None:
+    """Exact packs most constrained length first (packing/_exact_kernel.py), then `rest_fit` on what they
+    leave: the plan of the items of `a`, or None where no exact pack was found."""
+    from packcfg.packing import _exact_kernel
+
+    pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
+        present, counts, capacity, EXACT_SHARE, EXACT_PATTERNS_PER_LENGTH * (len(present) + 16)
+    )
+    if packs == 0:
+        return None
+    return _plan_of_patterns(
+        a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, rest_fit, goal - packs
+    )
 
 
 def _cannot_improve(
@@ -379,6 +414,28 @@ def _replan(
         mbs_packs = int(pat_k.sum())
     if mbs_packs == 0:
         return None, spent
+    return _plan_of_patterns(
+        a, present, counts, pat_k, pat_end, ent_g, ent_n, left, mbs_packs, rest_fit, goal
+    ), spent
+
+
+def _plan_of_patterns(
+    a: np.ndarray,
+    present: np.ndarray,
+    counts: np.ndarray,
+    pat_k: np.ndarray,
+    pat_end: np.ndarray,
+    ent_g: np.ndarray,
+    ent_n: np.ndarray,
+    left: np.ndarray,
+    mbs_packs: int,
+    rest_fit: Callable[[np.ndarray, int], Packing],
+    goal: int,
+) -> Packing:
+    """The plan of the items of `a`: the patterns' packs (ent_g indexes `present`; `left`: what they leave of
+    each group), then `rest_fit(lengths, packs to aim at)` on what they leave."""
+    from packcfg.packing import _refine_kernel
+
     # the items left, as best fit sees them: each group's last items, in decreasing-length order
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=group_start[1:])
@@ -412,7 +469,7 @@ def _replan(
         fills = np.concatenate([fills, rest_fills])
     offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
     np.cumsum(per_pack, out=offsets[1:])
-    return Packing(offsets, fills=fills, build=build), spent
+    return Packing(offsets, fills=fills, build=build)
 
 
 # from NEST_MIN_ITEMS items, what the kept patterns leave is planned by the stage again (nested, try 1 only,
@@ -450,6 +507,23 @@ SKIP_BY_BOUND = True
 # try 3 where nothing left is big, 600 distinct at 128k +13 -> +8, +11 with that alone), at 0.5-1.7x an
 # argsort where the stage was 0.4-1.6x; below it the stage is already near 3x an argsort at 2k.
 STOP_AT_LB_ITEMS = 1 << 18
+
+# Opt-in (PACKCFG_PLANNER_EXACT=on), from EXACT_MIN_ITEMS items, where the tries (and the nested stage) still
+# miss the target: one more try, exact packs built most constrained length first, a pack repeated for up to
+# EXACT_SHARE of the rarest of its lengths, then best fit and the nested stage on what they set aside
+# (packing/_exact_kernel.py; docs/packing.md, "The exact try"). 1M samples: 600 distinct at 2k +70 -> +0 over
+# LB (1.3x an argsort warm, 2.1x cold), 999 distinct at 4k +38 -> +1 (2.8x warm, 3.8x cold); 999 distinct at
+# 2k it finds no better plan (the short samples run out) and takes the row to 2.7x warm, 3.8x cold. Its steps
+# are 9k-29k whatever the samples (75 / 181 ms at 1M samples, 2k / 4k; 48-115 ms at 64k). Off by default until
+# it costs less: on, it takes two rows past 3x an argsort cold.
+EXACT_MIN_ITEMS = 1 << 18
+EXACT_SHARE = 0.1
+# its setup counts the pair sums over every two distinct lengths and each step goes over them: past this many
+# it is skipped (1M samples of 999 distinct: 75-181 ms; 30k distinct lengths would be 9e8 products for the setup)
+EXACT_MAX_DISTINCT = 4096
+# the kernel's room for patterns, per distinct length (it stops when they are full; 1M samples used 29-34 a
+# length, 999 distinct at 4k and 600 at 2k)
+EXACT_PATTERNS_PER_LENGTH = 64
 
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
 # then as many again around the best of them

@@ -1,0 +1,146 @@
+"""Compiled (numba) kernel of the refinement stage's exact try (`planning.refine`, from EXACT_MIN_ITEMS items
+where the tries miss the target): exact packs built most constrained length first, on the length histogram.
+
+For every length left, count its exact completions by one or two other samples: a sample of capacity - v, or
+a pair summing to it (the pair-sum counts, the histogram convolved with itself, kept up to date as counts
+change: conv(c + d) = conv(c) + 2 conv(c, d) + conv(d, d)). Take the length with the fewest per sample of it
+(the most constrained, as in exact-cover search), complete it with the single sample if there is one, else
+with the pair whose rarer length has the most samples left, and apply that exactly full pack to as many samples
+as `share` of the rarest of its lengths allows (at least once). A length with no completion left is set aside
+for best fit. docs/packing.md, "The lead: most constrained first", has what this order does that best fit's
+does not; `bench/most_constrained.py` keeps the NumPy reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packcfg.packing._refine_kernel import compiled
+
+
+@compiled
+def _exact(present, counts, capacity, share, pat_k, pat_end, ent_g, ent_n):  # type: ignore[no-untyped-def]
+    n = capacity + 1
+    cnt = np.zeros(n, np.int64)
+    group = np.full(n, -1, np.int64)
+    for g in range(present.shape[0]):
+        cnt[present[g]] = counts[g]
+        group[present[g]] = g
+    aside = np.zeros(n, np.bool_)
+    # lengths with samples left, ascending (compacted as they run out)
+    nz = np.empty(present.shape[0], np.int64)
+    m_nz = 0
+    for length in range(n):
+        if cnt[length] > 0:
+            nz[m_nz] = length
+            m_nz += 1
+    pair_sums = np.zeros(2 * n, np.int64)
+    for i in range(m_nz):
+        for j in range(m_nz):
+            pair_sums[nz[i] + nz[j]] += cnt[nz[i]] * cnt[nz[j]]
+    lengths = np.zeros(3, np.int64)
+    per_pack = np.zeros(3, np.int64)
+    n_pat = 0
+    n_ent = 0
+    packs = 0
+    while True:
+        v = -1
+        best = 0.0
+        k = 0
+        for i in range(m_nz):  # the first minimum, ascending; compacting away lengths used up
+            u = nz[i]
+            if cnt[u] == 0:
+                continue
+            nz[k] = u
+            k += 1
+            if aside[u]:
+                continue
+            room = capacity - u
+            ratio = (pair_sums[room] + 2 * cnt[room]) / cnt[u]
+            if v < 0 or ratio < best:
+                best = ratio
+                v = u
+        m_nz = k
+        if v < 0 or n_pat == pat_k.shape[0]:
+            return n_pat, n_ent, packs
+        room = capacity - v
+        cnt[v] -= 1
+        f0 = -1
+        f1 = -1
+        if room == 0:
+            f0 = -2  # the sample fills its pack alone
+        elif cnt[room] > 0:
+            f0 = room
+        else:
+            most = -1
+            for i in range(m_nz):
+                x = nz[i]
+                if 2 * x > room:
+                    break
+                y = room - x
+                if cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
+                    most = min(cnt[x], cnt[y])
+                    f0 = x
+                    f1 = y
+        cnt[v] += 1
+        if f0 == -1:
+            aside[v] = True
+            continue
+        m = 0
+        for length in (v, f0, f1):
+            if length < 0:
+                continue
+            for i in range(m + 1):
+                if i == m:
+                    lengths[m] = length
+                    per_pack[m] = 1
+                    m += 1
+                    break
+                if lengths[i] == length:
+                    per_pack[i] += 1
+                    break
+        rarest = cnt[lengths[0]]
+        for i in range(1, m):
+            rarest = min(rarest, cnt[lengths[i]])
+        times = max(1, int(share * rarest))
+        for i in range(m):
+            times = min(times, cnt[lengths[i]] // per_pack[i])
+        for i in range(m):
+            d = -times * per_pack[i]
+            for j in range(m_nz):
+                y = nz[j]
+                if cnt[y]:
+                    pair_sums[lengths[i] + y] += 2 * d * cnt[y]
+        for i in range(m):
+            for j in range(m):
+                pair_sums[lengths[i] + lengths[j]] += times * per_pack[i] * times * per_pack[j]
+        for i in range(m):
+            cnt[lengths[i]] -= times * per_pack[i]
+            ent_g[n_ent] = group[lengths[i]]
+            ent_n[n_ent] = per_pack[i]
+            n_ent += 1
+        pat_k[n_pat] = times
+        pat_end[n_pat] = n_ent
+        n_pat += 1
+        packs += times
+
+
+def exact_patterns(
+    present: np.ndarray, counts: np.ndarray, capacity: int, share: float, max_patterns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The exact packs on the histogram (present: distinct lengths, each <= capacity; counts: samples of
+    each), at most `max_patterns` patterns: (pat_k, pat_end, ent_g, ent_n, left, packs) in the form
+    `_refine_kernel.patterns` gives them (ent_g indexes `present`), left: the samples of each length left."""
+    present = np.ascontiguousarray(present, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    pat_k = np.empty(max_patterns, dtype=np.int64)
+    pat_end = np.empty(max_patterns, dtype=np.int64)
+    ent_g = np.empty(3 * max_patterns, dtype=np.int64)
+    ent_n = np.empty(3 * max_patterns, dtype=np.int64)
+    n_pat, n_ent, packs = _exact(present, counts, int(capacity), float(share), pat_k, pat_end, ent_g, ent_n)
+    ent_g, ent_n = ent_g[:n_ent], ent_n[:n_ent]
+    pat_k, pat_end = pat_k[:n_pat], pat_end[:n_pat]
+    used = np.bincount(
+        ent_g, weights=np.repeat(pat_k, np.diff(pat_end, prepend=0)) * ent_n, minlength=len(counts)
+    )
+    return pat_k, pat_end, ent_g, ent_n, counts - used.astype(np.int64), int(packs)
