@@ -3,7 +3,8 @@ of it by minimum bin slack on the length histogram (packing/_refine_kernel.py), 
 fit, and best fit for the rest, and keep that plan if it has fewer packs (docs/packing.md, "Quality").
 
 Where that plan is still above its goal, the pack-eliminating post-pass (planning/eliminate.py) tries to empty
-packs of it by moving their items into the other packs' slack.
+packs of it by moving their items into the other packs' slack; before it, with PACKCFG_PLANNER_EXACT=on and
+from EXACT_MIN_ITEMS items, the exact try (exact packs most constrained length first, packing/_exact_kernel.py).
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
 count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
@@ -428,7 +429,7 @@ def _plan_of_patterns(
     ent_g: np.ndarray,
     ent_n: np.ndarray,
     left: np.ndarray,
-    mbs_packs: int,
+    pattern_packs: int,
     rest_fit: Callable[[np.ndarray, int], Packing],
     goal: int,
 ) -> Packing:
@@ -440,12 +441,12 @@ def _plan_of_patterns(
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=group_start[1:])
     # aiming at the packs the goal leaves once the patterns' are counted
-    rest = rest_fit(np.repeat(present, left), goal - mbs_packs) if int(left.sum()) else None
+    rest = rest_fit(np.repeat(present, left), goal - pattern_packs) if int(left.sum()) else None
 
     def build() -> np.ndarray:
         idx = sorted_desc(a)
         order, _, _, taken = _refine_kernel.assign(
-            pat_k, pat_end, ent_g, ent_n, group_start, idx, present, mbs_packs
+            pat_k, pat_end, ent_g, ent_n, group_start, idx, present, pattern_packs
         )
         if rest is None:
             return order
