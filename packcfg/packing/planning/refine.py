@@ -3,8 +3,9 @@ of it by minimum bin slack on the length histogram (packing/_refine_kernel.py), 
 fit, and best fit for the rest, and keep that plan if it has fewer packs (docs/packing.md, "Quality").
 
 Where that plan is still above its goal, the pack-eliminating post-pass (planning/eliminate.py) tries to empty
-packs of it by moving their items into the other packs' slack; before it, with PACKCFG_PLANNER_EXACT=on and
-from EXACT_MIN_ITEMS items, the exact try (exact packs most constrained length first, packing/_exact_kernel.py).
+packs of it by moving their items into the other packs' slack. With PACKCFG_PLANNER_EXACT=on, from
+EXACT_MIN_ITEMS items, the exact try comes first (exact packs most constrained length first,
+packing/_exact_kernel.py), and where its plan is within the target the tries do not run.
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
 count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
@@ -260,6 +261,18 @@ def refine(
             depth + 1,
         )
 
+    if (
+        not nested
+        and len(a) >= EXACT_MIN_ITEMS
+        and k_max >= 3
+        and len(present) <= EXACT_MAX_DISTINCT
+        and switched_on("PACKCFG_PLANNER_EXACT")
+    ):  # the exact try first: a plan of it within the target ends the stage (the tries cost as much again)
+        exact = _exact_try(a, capacity, present, counts, rest_fit, stop)
+        if exact is not None and len(exact.offsets) - 1 < best_packs:
+            best, best_packs = exact, len(exact.offsets) - 1
+            if best_packs <= goal:
+                return best
     order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
     sizes = np.diff(packing.offsets)
     big = np.maximum.reduceat(a[order], packing.offsets[:-1]) > capacity // 2
@@ -303,18 +316,6 @@ def refine(
         plan, _ = _replan(
             a, capacity, k_max, present, counts, waste, work, rest_fit, count, stop, len(a), led=led
         )
-        if plan is not None and len(plan.offsets) - 1 < best_packs:
-            best = plan
-            best_packs = len(best.offsets) - 1
-    if (
-        not nested
-        and len(a) >= EXACT_MIN_ITEMS
-        and best_packs > goal
-        and k_max >= 3
-        and len(present) <= EXACT_MAX_DISTINCT
-        and switched_on("PACKCFG_PLANNER_EXACT")
-    ):
-        plan = _exact_try(a, capacity, present, counts, rest_fit, stop)
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
             best_packs = len(best.offsets) - 1
@@ -509,14 +510,16 @@ SKIP_BY_BOUND = True
 # argsort where the stage was 0.4-1.6x; below it the stage is already near 3x an argsort at 2k.
 STOP_AT_LB_ITEMS = 1 << 18
 
-# Opt-in (PACKCFG_PLANNER_EXACT=on), from EXACT_MIN_ITEMS items, where the tries (and the nested stage) still
-# miss the target: one more try, exact packs built most constrained length first, a pack repeated for up to
+# Opt-in (PACKCFG_PLANNER_EXACT=on), from EXACT_MIN_ITEMS items where best fit misses the target: the exact
+# try runs before the tries, exact packs built most constrained length first, a pack repeated for up to
 # EXACT_SHARE of the rarest of its lengths, then best fit and the nested stage on what they set aside
-# (packing/_exact_kernel.py; docs/packing.md, "The exact try"). 1M samples: 600 distinct at 2k +70 -> +0 over
-# LB (1.3x an argsort warm, 2.1x cold), 999 distinct at 4k +38 -> +1 (2.8x warm, 3.8x cold); 999 distinct at
-# 2k it finds no better plan (the short samples run out) and takes the row to 2.7x warm, 3.8x cold. Its steps
-# are 9k-29k whatever the samples (75 / 181 ms at 1M samples, 2k / 4k; 48-115 ms at 64k). Off by default until
-# it costs less: on, it takes two rows past 3x an argsort cold.
+# (packing/_exact_kernel.py; docs/packing.md, "The exact try"); where its plan is within the target the tries do
+# not run. 1M samples: 600 distinct at 2k +70 -> +0 over LB (0.8x an argsort warm, 0.9x cold), 999 distinct at
+# 4k +38 -> +1 (1.2x / 1.4x); every other 1M row of 63-999 distinct lengths within the target (some a few packs
+# over where the tries reached LB: 300 distinct at 4k-32k +0 -> +4), most faster; 999 distinct at 2k it finds
+# no better plan (the short samples run out) and the tries run after it: 2.9x warm, 3.6x cold. Its steps are
+# 9k-29k whatever the samples (75 / 181 ms at 1M samples, 2k / 4k; 48-115 ms at 64k). Off by default until it
+# costs less where it cannot win.
 EXACT_MIN_ITEMS = 1 << 18
 EXACT_SHARE = 0.1
 # its setup counts the pair sums over every two distinct lengths and each step goes over them: past this many
