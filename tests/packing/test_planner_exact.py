@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from packcfg.packing import _exact_kernel, _refine_kernel
 from packcfg.packing.planner import plan
 from packcfg.packing.planning import refine
-from tests.packing.test_planner_refine import FORCED, SMALL_INPUTS, _check_forced, _few_distinct, _lb
+from tests.packing.test_planner_refine import (
+    FORCED,
+    SMALL_INPUTS,
+    _check_forced,
+    _few_distinct,
+    _lb,
+    _small_input_kw,
+)
 
 needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stage needs numba")
 
@@ -47,14 +54,7 @@ def test_exact_packs_are_exactly_full_and_take_what_there_is(counts, capacity, s
 def test_forced_exact_try_is_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
     """With the stage forced on and the exact try on from one item, plans are valid (max_per_pack, align, DPO
     pairs side by side) and never have more packs than best fit."""
-    oversize = "truncate"
-    if pairs:  # an even count of samples, each pair within a pack
-        lengths = [
-            min(x, capacity // 2 - 8) for x in (lengths[:-1] if len(lengths) % 2 else lengths) or [1, 1]
-        ]
-        max_per_pack = None if max_per_pack is None else max(2, max_per_pack)
-        oversize = "drop"
-    kw = {"max_per_pack": max_per_pack, "align": align, "oversize": oversize, "pairs": pairs or None}
+    lengths, kw = _small_input_kw(lengths, capacity, max_per_pack, align, pairs)
     with pytest.MonkeyPatch.context() as m:
         m.setenv("PACKCFG_PLANNER_EXACT", "on")
         m.setattr(refine, "margin", FORCED)
