@@ -1,8 +1,9 @@
 """Most-constrained-first exact packs, then bfd on what they leave: a lead for the rows where bfd misses the
-packs target (issue 23: 600 / 999 distinct lengths at 2k and 4k), for the benchmark only, never on the
-planner's default path: the planner runs it compiled only with PACKCFG_PLANNER_EXACT=on, from 2**18 samples
-(`packcfg/packing/_exact_kernel.py`, which this script times; `--check` compares it with the NumPy version
-below, the readable reference, which takes seconds to minutes a row).
+packs target (issue 23: 600 / 999 distinct lengths at 2k and 4k). The planner runs it compiled as the
+refinement stage's exact try, before its other tries (`packcfg/packing/_exact_kernel.py`, which this script
+times; `--check` compares it with the NumPy version below, the readable reference, which takes seconds to
+minutes a row). Here what is left goes to `plan()` whole; the planner's try plans it with best fit and the
+nested stage, and gives up where that cannot reach the target.
 
 bfd builds its packs longest sample first, and the refinement stage's minimum bin slack does too. The
 cutting-stock LP's plans (bench/lp_bound.py, LB + 1 on those rows) look different: they fill the big items'
@@ -37,10 +38,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from packing import few_distinct_lengths, l2_bound, print_table  # noqa: E402
+from packing import _switched_off, few_distinct_lengths, l2_bound, print_table  # noqa: E402
 
 from packcfg.packing import _exact_kernel  # noqa: E402
 from packcfg.packing.planner import plan  # noqa: E402
+from packcfg.packing.planning.refine import EXACT_SHARE  # noqa: E402
 
 ROWS = ("64000:2048:600", "64000:2048:999", "100000:2048:600", "130000:2048:600", "100000:4096:999")
 
@@ -99,12 +101,13 @@ def _completion(cnt: np.ndarray, v: int, capacity: int) -> tuple[int, ...] | Non
 
 
 def compare(n: int, capacity: int, distinct: int, share: float, check: bool) -> list[str]:
-    """One row: bfd's packs over LB, and most-constrained-first exact packs plus bfd on the rest; the exact
+    """One row: bfd's packs over LB without its exact try, and most-constrained-first exact packs plus bfd on the rest; the exact
     packs' time compiled (process CPU, the second of two calls) against one argsort of the lengths, and with
     `check` the NumPy version's too, which must give the same packs."""
     a = few_distinct_lengths(n, capacity, distinct)
     lb = l2_bound(a, capacity)
-    bfd = plan(a, capacity).num_packs
+    with _switched_off("PACKCFG_PLANNER_EXACT"):  # the baseline this script began from
+        bfd = plan(a, capacity).num_packs
     counts = np.bincount(a, minlength=capacity + 1)
     t0 = time.process_time()
     np.argsort(a)
@@ -148,7 +151,12 @@ def compare(n: int, capacity: int, distinct: int, share: float, check: bool) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rows", nargs="*", default=list(ROWS), help="N:capacity:distinct (default: %(default)s)")
-    ap.add_argument("--share", type=float, default=0.1, help="step 3's share (default: %(default)s)")
+    ap.add_argument(
+        "--share",
+        type=float,
+        default=EXACT_SHARE,
+        help="step 3's share (default: the planner's, %(default)s)",
+    )
     ap.add_argument(
         "--check", action="store_true", help="also run the NumPy version (seconds to minutes a row)"
     )
@@ -166,7 +174,7 @@ def main() -> None:
             "lengths",
             "N",
             "cap",
-            "bfd: packs - LB",
+            "bfd without the try: packs - LB",
             "most constrained + bfd",
             "left to bfd",
             "steps",

@@ -1,5 +1,5 @@
-"""Compiled (numba) kernel of the refinement stage's exact try (`planning.refine`, from EXACT_MIN_ITEMS items
-where the tries miss the target): exact packs built most constrained length first, on the length histogram.
+"""Compiled (numba) kernel of the refinement stage's exact try (`planning.refine`, where best fit misses the
+target): exact packs built most constrained length first, on the length histogram.
 
 For every length left, count its exact completions by one or two other samples: a sample of capacity - v, or
 a pair summing to it (the pair-sum counts, the histogram convolved with itself, kept up to date as counts
@@ -56,7 +56,13 @@ def _exact(present, counts, capacity, share, pat_k, pat_end, ent_g, ent_n):  # t
             if aside[u]:
                 continue
             room = capacity - u
-            ratio = (pair_sums[room] + 2 * cnt[room]) / cnt[u]
+            num = pair_sums[room] + 2 * cnt[room]
+            if num == 0 and room > 0:
+                # no completion: such a length is the minimum (0) before any other is taken, and set aside
+                # then; counts only fall, so it is set aside now, in one scan rather than one each
+                aside[u] = True
+                continue
+            ratio = num / cnt[u]
             if v < 0 or ratio < best:
                 best = ratio
                 v = u

@@ -13,6 +13,16 @@ from packcfg.resources import data_dir
 SAMPLE_SFT = data_dir() / "sample_sft"
 
 
+@pytest.fixture(scope="module")
+def without_the_exact_try():
+    """PACKCFG_PLANNER_EXACT=off for a module whose tests pin down bfd's tries or post-pass on inputs where the
+    refinement stage's exact try, which runs first, would end the stage (tests/packing/test_planner_exact.py
+    has the try itself)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("PACKCFG_PLANNER_EXACT", "off")
+        yield
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path

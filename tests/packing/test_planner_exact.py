@@ -1,5 +1,5 @@
-"""The refinement stage's opt-in exact try (PACKCFG_PLANNER_EXACT=on; planning/refine.py, packing/_exact_kernel.py):
-exact packs built most constrained length first, then best fit and the nested stage on what they set aside."""
+"""The refinement stage's exact try (planning/refine.py, packing/_exact_kernel.py; PACKCFG_PLANNER_EXACT=off skips
+it): exact packs built most constrained length first, then best fit and the nested stage on what they set aside."""
 
 from __future__ import annotations
 
@@ -52,33 +52,75 @@ def test_exact_packs_are_exactly_full_and_take_what_there_is(counts, capacity, s
 @settings(max_examples=40, deadline=None)
 @given(**SMALL_INPUTS, pairs=st.booleans())
 def test_forced_exact_try_is_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
-    """With the stage forced on and the exact try on from one item, plans are valid (max_per_pack, align, DPO
-    pairs side by side) and never have more packs than best fit."""
+    """With the stage forced on and the exact try planning its rest however little its packs cover, plans are
+    valid (max_per_pack, align, DPO pairs side by side) and never have more packs than best fit."""
     lengths, kw = _small_input_kw(lengths, capacity, max_per_pack, align, pairs)
     with pytest.MonkeyPatch.context() as m:
-        m.setenv("PACKCFG_PLANNER_EXACT", "on")
         m.setattr(refine, "margin", FORCED)
-        m.setattr(refine, "EXACT_MIN_ITEMS", 1)
+        m.setattr(refine, "EXACT_MIN_COVER", 0.0)
         p = plan(lengths, capacity, **kw)
     _check_forced(p, lengths, capacity, kw)
 
 
 @needs_numba
 def test_the_exact_try_reaches_lb_where_the_tries_miss(monkeypatch):
-    """1M samples of 600 distinct lengths at 2k: with PACKCFG_PLANNER_EXACT=on, LB + 0 when measured (the target
-    is +29). Control: off (the default), +70. Both plans are valid; the try ran (its kernel was called)."""
-    a = _few_distinct(1_000_000, 2048, 600)
+    """150k samples of 600 distinct lengths at 2k: LB + 0 when measured (the target is +5), the exact try's
+    kernel called. Control: with PACKCFG_PLANNER_EXACT=off, the tries alone, +13. Both plans are valid."""
+    a = _few_distinct(150_000, 2048, 600)
     lb = _lb(a, 2048)
-    control = plan(a, 2048)
     calls = []
     real = _exact_kernel.exact_patterns
     monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: calls.append(1) or real(*args))
-    assert not calls
-    monkeypatch.setenv("PACKCFG_PLANNER_EXACT", "on")
     p = plan(a, 2048)
     assert calls
+    monkeypatch.setenv("PACKCFG_PLANNER_EXACT", "off")
+    calls.clear()
+    control = plan(a, 2048)
+    assert not calls
     for q in (p, control):
         order = q.order
         assert np.array_equal(np.sort(order), np.arange(len(a)))
         assert np.add.reduceat(a[order], q.offsets[:-1]).max() <= 2048
-    assert p.num_packs - lb <= 5 < 50 < control.num_packs - lb
+    assert p.num_packs - lb <= 1 and control.num_packs - lb > 5
+
+
+def _exact_try_on(a, capacity, reach):
+    """refine._exact_try on the lengths `a`, aiming at LB + 5, with a rest plan (best fit) that records its
+    calls: (plan or None, the rest plans made, exact packs + L2 of the rest, LB)."""
+    from packcfg.packing.planning.best_fit import grouped_best_fit
+
+    present, counts = np.unique(a, return_counts=True)
+    present, counts = present[::-1].copy(), counts[::-1].copy()
+    lb = _lb(a, capacity)
+    rests = []
+
+    def rest_fit(rest, rest_goal):
+        rests.append(len(rest))
+        return grouped_best_fit(rest, capacity, None)
+
+    p = refine._exact_try(a, capacity, present, counts, rest_fit, lb + 5, reach(lb))
+    return p, rests, lb
+
+
+@needs_numba
+def test_where_the_exact_packs_cannot_reach_the_target_the_rest_is_not_planned():
+    """64k samples of 999 distinct lengths at 2k: the exact packs use up the short samples, and they and L2 of
+    what they leave are LB + 9 (measured), past the target (LB + 5). The try gives up there without planning
+    the rest. Control: with room to LB + 50 it plans the rest, and that plan has at least LB + 6 packs."""
+    a = _few_distinct(64_000, 2048, 999)
+    p, rests, lb = _exact_try_on(a, 2048, lambda lb: lb + 5)
+    assert p is None and not rests
+    p, rests, lb = _exact_try_on(a, 2048, lambda lb: lb + 50)
+    assert p is not None and rests and p.offsets.shape[0] - 1 > lb + 5
+
+
+@needs_numba
+def test_below_the_cover_the_exact_try_gives_up(monkeypatch):
+    """64k samples of 600 distinct lengths at 32k: the exact packs hold 0.29 of the volume (measured), under
+    EXACT_MIN_COVER, and the try gives up without planning the rest. Control: with the cover at 0 it plans it."""
+    a = _few_distinct(64_000, 32768, 600)
+    p, rests, _ = _exact_try_on(a, 32768, lambda lb: lb + 1000)
+    assert p is None and not rests
+    monkeypatch.setattr(refine, "EXACT_MIN_COVER", 0.0)
+    p, rests, _ = _exact_try_on(a, 32768, lambda lb: lb + 1000)
+    assert p is not None and rests

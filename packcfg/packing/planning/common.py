@@ -11,13 +11,8 @@ import numpy as np
 
 
 def switched_off(variable: str) -> bool:
-    """Whether an environment switch (PACKCFG_PLANNER_REFINE, PACKCFG_PLANNER_ELIMINATE) says off."""
+    """Whether an environment switch (PACKCFG_PLANNER_REFINE, _ELIMINATE, _EXACT) says off."""
     return os.environ.get(variable, "").lower() in ("0", "off", "no", "false")
-
-
-def switched_on(variable: str) -> bool:
-    """Whether an opt-in environment switch (PACKCFG_PLANNER_EXACT) says on."""
-    return os.environ.get(variable, "").lower() in ("1", "on", "yes", "true")
 
 
 class PlanError(ValueError):

@@ -3,9 +3,9 @@ of it by minimum bin slack on the length histogram (packing/_refine_kernel.py), 
 fit, and best fit for the rest, and keep that plan if it has fewer packs (docs/packing.md, "Quality").
 
 Where that plan is still above its goal, the pack-eliminating post-pass (planning/eliminate.py) tries to empty
-packs of it by moving their items into the other packs' slack. With PACKCFG_PLANNER_EXACT=on, from
-EXACT_MIN_ITEMS items, the exact try comes first (exact packs most constrained length first,
-packing/_exact_kernel.py), and where its plan is within the target the tries do not run.
+packs of it by moving their items into the other packs' slack. Before the tries comes the exact try (exact
+packs most constrained length first, packing/_exact_kernel.py; PACKCFG_PLANNER_EXACT=off skips it), and
+where its plan is within the target the tries do not run.
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
 count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
@@ -25,7 +25,6 @@ from packcfg.packing.planning.common import (
     length_histogram,
     sorted_desc,
     switched_off,
-    switched_on,
 )
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.1-0.3 ns
@@ -238,12 +237,16 @@ def refine(
     if shifts is None:
         shifts = TIGHT_SHIFTS_LARGE if len(a) >= TWO_SHIFTS_ITEMS else (TIGHT_SHIFT,)
 
-    def rest_fit(rest: np.ndarray, rest_goal: int) -> Packing:
-        """Best fit on what the kept patterns leave; from NEST_MIN_ITEMS items, then this stage on that
-        (nested; below the top level only on rests under NEST_DEEP_MAX_ITEMS items) where best fit has more than
-        `rest_goal` packs."""
+    def rest_fit(rest: np.ndarray, rest_goal: int, always_nest: bool = False) -> Packing:
+        """Best fit on what the kept patterns leave; from NEST_MIN_ITEMS items (or `always_nest`), then this
+        stage on that (nested; below the top level only on rests under NEST_DEEP_MAX_ITEMS items) where best
+        fit has more than `rest_goal` packs."""
         plan = best_fit(rest)
-        if not nest or len(plan.offsets) - 1 <= rest_goal or (depth > 0 and len(rest) >= NEST_DEEP_MAX_ITEMS):
+        if (
+            not (nest or always_nest)
+            or len(plan.offsets) - 1 <= rest_goal
+            or (depth > 0 and len(rest) >= NEST_DEEP_MAX_ITEMS)
+        ):
             return plan
         rest_present, rest_counts = length_histogram(rest)
         return refine(
@@ -263,12 +266,11 @@ def refine(
 
     if (
         not nested
-        and len(a) >= EXACT_MIN_ITEMS
         and k_max >= 3
         and len(present) <= EXACT_MAX_DISTINCT
-        and switched_on("PACKCFG_PLANNER_EXACT")
+        and not switched_off("PACKCFG_PLANNER_EXACT")
     ):  # the exact try first: a plan of it within the target ends the stage (the tries cost as much again)
-        exact = _exact_try(a, capacity, present, counts, rest_fit, stop)
+        exact = _exact_try(a, capacity, present, counts, lambda r, g: rest_fit(r, g, True), stop, goal)
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
             if best_packs <= goal:
@@ -340,9 +342,11 @@ def _exact_try(
     counts: np.ndarray,
     rest_fit: Callable[[np.ndarray, int], Packing],
     goal: int,
+    reach: int,
 ) -> Packing | None:
     """Exact packs most constrained length first (packing/_exact_kernel.py), then `rest_fit` on what they
-    leave: the plan of the items of `a`, or None where no exact pack was found."""
+    leave, aiming at `goal` packs in all: the plan of the items of `a`, or None where no exact pack was found
+    or where the exact packs and LB of what they leave already pass `reach` packs (the rest is not planned)."""
     from packcfg.packing import _exact_kernel
 
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
@@ -350,6 +354,11 @@ def _exact_try(
     )
     if packs == 0:
         return None
+    if len(a) < STOP_AT_LB_ITEMS and packs * capacity < EXACT_MIN_COVER * int(np.dot(present, counts)):
+        return None  # the plan would be mostly the rest's (EXACT_MIN_COVER)
+    rest = left > 0
+    if rest.any() and packs + l2_bound(present[rest][::-1], left[rest][::-1], capacity) > reach:
+        return None  # no plan of what the exact packs leave brings the plan within `reach`
     return _plan_of_patterns(
         a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, rest_fit, goal - packs
     )
@@ -510,18 +519,24 @@ SKIP_BY_BOUND = True
 # argsort where the stage was 0.4-1.6x; below it the stage is already near 3x an argsort at 2k.
 STOP_AT_LB_ITEMS = 1 << 18
 
-# Opt-in (PACKCFG_PLANNER_EXACT=on), from EXACT_MIN_ITEMS items where best fit misses the target: the exact
-# try runs before the tries, exact packs built most constrained length first, a pack repeated for up to
-# EXACT_SHARE of the rarest of its lengths, then best fit and the nested stage on what they set aside
-# (packing/_exact_kernel.py; docs/packing.md, "The exact try"); where its plan is within the target the tries do
-# not run. 1M samples: 600 distinct at 2k +70 -> +0 over LB (0.8x an argsort warm, 0.9x cold), 999 distinct at
-# 4k +38 -> +1 (1.2x / 1.4x); every other 1M row of 63-999 distinct lengths within the target (some a few packs
-# over where the tries reached LB: 300 distinct at 4k-32k +0 -> +4), most faster; 999 distinct at 2k it finds
-# no better plan (the short samples run out) and the tries run after it: 2.9x warm, 3.6x cold. Its steps are
-# 9k-29k whatever the samples (75 / 181 ms at 1M samples, 2k / 4k; 48-115 ms at 64k). Off by default until it
-# costs less where it cannot win.
-EXACT_MIN_ITEMS = 1 << 18
-EXACT_SHARE = 0.1
+# The exact try (PACKCFG_PLANNER_EXACT=off switches it off) runs before the tries where best fit misses the
+# target: exact packs built most constrained length first, a pack repeated for EXACT_SHARE of the rarest of
+# its lengths, then best fit and the nested stage on what they set aside (packing/_exact_kernel.py;
+# docs/packing.md, "The exact try"); where its plan is within the target the tries do not run. EXACT_SHARE 1
+# (each pack for as many samples as its rarest length has) makes 0.4k-0.8k patterns where 0.1 made 20k-32k
+# (1M samples, 600 / 999 distinct: kernel 1.6 / 4 ms, was 55 / 141 ms) and plans as good: 1M samples, 600 /
+# 999 distinct at 2k-32k within LB + 0-5 with 1.0, LB + 0-5 with 0.1 (bench 2026-11-27, Zen 5; 999 distinct
+# at 2k +124 either way). Its rest is nested at every size (the exact packs leave the stage's own problem, which
+# best fit alone packs 5-20 over LB): 64k-200k samples of 600 distinct at 2k +5 / +9 / +13 / +18 -> +0, at 4k
+# 999 distinct +8 / +11 / +7 -> +0 / +1 / +2, each as fast or faster.
+# Where the exact packs and L2 of what they leave pass the target, its rest is not planned (999 distinct at 2k:
+# the short samples run out and every such rest needs 7-980 packs more than LB). Below STOP_AT_LB_ITEMS items
+# it gives up where its packs hold under EXACT_MIN_COVER of the volume: there the plan is mostly the rest's and
+# its nested stage costs as much as the tries (at 32k, 0.23-0.32 covered: 64k samples of 600 / 999 distinct
+# took 4.2 / 5.9 ms -> 8.8 / 15.4 ms, for +3 / +4 -> +3 / +3); from STOP_AT_LB_ITEMS, where the tries go on to
+# LB, it pays there too (1M samples, 999 distinct at 32k: +9 -> +1, 149 -> 55 ms).
+EXACT_SHARE = 1.0
+EXACT_MIN_COVER = 0.35
 # its setup counts the pair sums over every two distinct lengths and each step goes over them: past this many
 # it is skipped (1M samples of 999 distinct: 75-181 ms; 30k distinct lengths would be 9e8 products for the setup)
 EXACT_MAX_DISTINCT = 4096
