@@ -413,6 +413,21 @@ def _counting_order(a, values, group_start, cur, idx):  # type: ignore[no-untype
     return idx
 
 
+def descending_order(a: np.ndarray, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Item ids of `a` by decreasing length, ties by increasing id (`planning.common.sorted_desc`'s order),
+    from its histogram (values descending, counts) by counting: 1.1-1.2 ms at 1M samples where sorted_desc's
+    stable argsort takes 4.3-4.7 ms on lengths under 2**16 (radix) and 47 ms on longer ones (128k: timsort)."""
+    a = np.ascontiguousarray(a, dtype=np.int64)
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    group_start = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=group_start[1:])
+    if not len(a):
+        return np.empty(0, dtype=np.int64)
+    return _counting_order(
+        a, values, group_start, np.empty(int(values[0]) + 1, np.int64), np.empty(len(a), np.int64)
+    )
+
+
 # every id the kernel stores (pack, node, level slot, item count) is below 2 * n_items + 4: int32 up to
 # here (tests lower it to run the int64 specialisation)
 INT32_MAX_ITEMS = (int(np.iinfo(np.int32).max) - 4) // 2

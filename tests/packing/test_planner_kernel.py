@@ -308,3 +308,16 @@ def test_kernel_int64_ids_give_the_same_plans(monkeypatch):
         _both(_lengths(dist, 3_000, 4096, 4), 4096, max_per_pack=3)
     # the int64 specialisation is what ran (argument 5 is r_head, an id array)
     assert any(str(sig[5].dtype) == "int64" for sig in _bfd_kernel._run.signatures)
+
+
+@needs_numba
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 300_000), min_size=1, max_size=400), narrow=st.booleans())
+def test_descending_order_is_sorted_descs(lengths, narrow):
+    """The counting order the refinement stage and the slot plan use gives sorted_desc's order exactly
+    (decreasing length, ties by increasing id), under 2**16 (where sorted_desc sorts radix) and over it."""
+    from packcfg.packing.planning.common import length_histogram, sorted_desc
+
+    a = np.asarray(lengths, dtype=np.int64) % (1 << 10) if narrow else np.asarray(lengths, dtype=np.int64)
+    present, counts = length_histogram(a)
+    assert np.array_equal(_bfd_kernel.descending_order(a, present, counts), sorted_desc(a))

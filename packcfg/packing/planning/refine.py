@@ -23,7 +23,6 @@ from packcfg.packing.planning.common import (
     Packing,
     concat_ranges,
     length_histogram,
-    sorted_desc,
     switched_off,
 )
 
@@ -445,7 +444,7 @@ def _plan_of_patterns(
 ) -> Packing:
     """The plan of the items of `a`: the patterns' packs (ent_g indexes `present`; `left`: what they leave of
     each group), then `rest_fit(lengths, packs to aim at)` on what they leave."""
-    from packcfg.packing import _refine_kernel
+    from packcfg.packing import _bfd_kernel, _refine_kernel
 
     # the items left, as best fit sees them: each group's last items, in decreasing-length order
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -454,7 +453,7 @@ def _plan_of_patterns(
     rest = rest_fit(np.repeat(present, left), goal - pattern_packs) if int(left.sum()) else None
 
     def build() -> np.ndarray:
-        idx = sorted_desc(a)
+        idx = _bfd_kernel.descending_order(a, present, counts)
         order, _, _, taken = _refine_kernel.assign(
             pat_k, pat_end, ent_g, ent_n, group_start, idx, present, pattern_packs
         )
@@ -463,7 +462,7 @@ def _plan_of_patterns(
         # the items no pattern took: positions group_start[g] + taken[g] .. group_start[g + 1]
         keep = np.ones(len(a), dtype=bool)
         keep[concat_ranges(group_start[:-1], taken)] = False
-        rest_ids = idx[keep]  # decreasing length, ties by id: what sorted_desc of the rest lengths gives
+        rest_ids = idx[keep]  # decreasing length, ties by id: what descending_order of the rest gives
         rest_order = rest.order if rest.order is not None else rest.build()  # type: ignore[misc]
         return np.concatenate([order, rest_ids[rest_order]])
 

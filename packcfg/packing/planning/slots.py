@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from packcfg.packing.planning.common import Packing, sorted_desc, switched_off
+from packcfg.packing.planning.common import Packing, switched_off
 
 
 def enabled() -> bool:
@@ -61,7 +61,7 @@ def improve(
     packs = len(packing.offsets) - 1
     if packs <= goal or not enabled():
         return packing
-    from packcfg.packing import _slots_kernel
+    from packcfg.packing import _bfd_kernel, _slots_kernel
 
     best: tuple[np.ndarray, np.ndarray] | None = None
     for lean, exact_tries, triples in VARIANTS:
@@ -78,7 +78,9 @@ def improve(
     np.cumsum(counts, out=group_start[1:])
 
     def ids() -> np.ndarray:
-        return _slots_kernel.assign(item_g, group_start[:-1], sorted_desc(a))
+        return _slots_kernel.assign(
+            item_g, group_start[:-1], _bfd_kernel.descending_order(a, present, counts)
+        )
 
     if packs > goal and replan is not None and len(a) >= TAIL_MIN_ITEMS:
         cut = int(packs * (1 - TAIL_FRACTION))
