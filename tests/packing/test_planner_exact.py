@@ -115,12 +115,17 @@ def test_where_the_exact_packs_cannot_reach_the_target_the_rest_is_not_planned()
 
 
 @needs_numba
-def test_below_the_cover_the_exact_try_gives_up(monkeypatch):
+@pytest.mark.parametrize(
+    "n, capacity, distinct, cover",
+    [(64_000, 32768, 600, "EXACT_MIN_COVER"), (300_000, 131072, 300, "EXACT_MIN_COVER_LARGE")],
+)
+def test_below_the_cover_the_exact_try_gives_up(monkeypatch, n, capacity, distinct, cover):
     """64k samples of 600 distinct lengths at 32k: the exact packs hold 0.29 of the volume (measured), under
-    EXACT_MIN_COVER, and the try gives up without planning the rest. Control: with the cover at 0 it plans it."""
-    a = _few_distinct(64_000, 32768, 600)
-    p, rests, _ = _exact_try_on(a, 32768, lambda lb: lb + 1000)
+    EXACT_MIN_COVER; 300k samples (from 2**18) of 300 distinct at 128k: 0.013, under EXACT_MIN_COVER_LARGE.
+    The try gives up without planning the rest. Control: with the cover at 0 it plans it."""
+    a = _few_distinct(n, capacity, distinct)
+    p, rests, _ = _exact_try_on(a, capacity, lambda lb: lb + 1000)
     assert p is None and not rests
-    monkeypatch.setattr(refine, "EXACT_MIN_COVER", 0.0)
-    p, rests, _ = _exact_try_on(a, 32768, lambda lb: lb + 1000)
+    monkeypatch.setattr(refine, cover, 0.0)
+    p, rests, _ = _exact_try_on(a, capacity, lambda lb: lb + 1000)
     assert p is not None and rests

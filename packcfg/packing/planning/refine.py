@@ -344,8 +344,9 @@ def _exact_try(
     reach: int,
 ) -> Packing | None:
     """Exact packs most constrained length first (packing/_exact_kernel.py), then `rest_fit` on what they
-    leave, aiming at `goal` packs in all: the plan of the items of `a`, or None where no exact pack was found
-    or where the exact packs and LB of what they leave already pass `reach` packs (the rest is not planned)."""
+    leave, aiming at `goal` packs in all: the plan of the items of `a`, or None where no exact pack was found,
+    where they hold under EXACT_MIN_COVER (_LARGE) of the volume, or where they and LB of what they leave
+    already pass `reach` packs (in these two the rest is not planned)."""
     from packcfg.packing import _exact_kernel
 
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
@@ -353,8 +354,9 @@ def _exact_try(
     )
     if packs == 0:
         return None
-    if len(a) < STOP_AT_LB_ITEMS and packs * capacity < EXACT_MIN_COVER * int(np.dot(present, counts)):
-        return None  # the plan would be mostly the rest's (EXACT_MIN_COVER)
+    cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
+    if packs * capacity < cover * int(np.dot(present, counts)):
+        return None  # the plan would be mostly the rest's (EXACT_MIN_COVER, _LARGE)
     rest = left > 0
     if rest.any() and packs + l2_bound(present[rest][::-1], left[rest][::-1], capacity) > reach:
         return None  # no plan of what the exact packs leave brings the plan within `reach`
@@ -533,11 +535,14 @@ STOP_AT_LB_ITEMS = 1 << 18
 # it gives up where its packs hold under EXACT_MIN_COVER of the volume: there the plan is mostly the rest's and
 # its nested stage costs as much as the tries (at 32k, 0.23-0.32 covered: 64k samples of 600 / 999 distinct
 # took 4.2 / 5.9 ms -> 8.8 / 15.4 ms, for +3 / +4 -> +3 / +3); from STOP_AT_LB_ITEMS, where the tries go on to
-# LB, it pays there too (1M samples, 999 distinct at 32k: +9 -> +1, 149 -> 55 ms).
+# LB, it pays at 32k too (1M samples, 999 distinct at 32k: +9 -> +1, 149 -> 55 ms, 0.32 covered), and gives up
+# only under EXACT_MIN_COVER_LARGE (1M samples of 300 distinct at 128k, 0.013 covered: 82 -> 55 ms, +0 either
+# way; 0.2 would take 600 distinct at 128k, 0.12 covered, from 64 to 143 ms).
 EXACT_SHARE = 1.0
 EXACT_MIN_COVER = 0.35
+EXACT_MIN_COVER_LARGE = 0.1
 # its setup counts the pair sums over every two distinct lengths and each step goes over them: past this many
-# it is skipped (1M samples of 999 distinct: 75-181 ms; 30k distinct lengths would be 9e8 products for the setup)
+# it is skipped (999 distinct: 1 ms of setup, 1.6-4 ms in all; 30k distinct lengths would be 9e8 products there)
 EXACT_MAX_DISTINCT = 4096
 # the kernel's room for patterns, per distinct length (it stops when they are full; 1M samples used 29-34 a
 # length, 999 distinct at 4k and 600 at 2k)
