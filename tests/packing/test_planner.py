@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packcfg.packing import ALGORITHMS, PlanError, plan
 from packcfg.packing.planner import GreedyBufferPacker, itemize, lower_bound, packed_global_batch_size
@@ -311,3 +313,25 @@ def test_kernel_capacity_limit_keeps_plans():
     finally:
         best_fit._KERNEL_MAX_CAPACITY = old
     assert np.array_equal(got.order, want.order) and np.array_equal(got.offsets, want.offsets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    path=st.sampled_from(["radix", "ranks", "wide"]),
+    distinct=st.integers(1, 4000),
+)
+def test_sorted_desc_is_decreasing_length_then_id_on_every_path(seed, path, distinct):
+    """sorted_desc against np.lexsort on each of its paths: radix on 16-bit keys under 2**16, ranks of the
+    distinct lengths where the longest is at most 16 x the items, and a 64-bit stable sort past that."""
+    from packcfg.packing.planning.common import sorted_desc
+
+    rng = np.random.default_rng(seed)
+    top = {"radix": int(rng.integers(1, 2**16)), "ranks": int(rng.integers(2**16, 2**17)), "wide": 2**31}[
+        path
+    ]
+    n = int(rng.integers(top // 16 + 1, 20_000)) if path == "ranks" else int(rng.integers(1, 3000))
+    values = rng.integers(0, top, size=min(distinct, top), endpoint=True)
+    a = rng.choice(values, size=n)
+    a[0] = top  # the longest is top: the path is the one drawn
+    assert np.array_equal(sorted_desc(a), np.lexsort((np.arange(n), -a)))
