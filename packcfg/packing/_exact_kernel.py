@@ -35,9 +35,12 @@ def _exact(present, counts, capacity, share, pat_k, pat_end, ent_g, ent_n):  # t
             nz[m_nz] = length
             m_nz += 1
     pair_sums = np.zeros(2 * n, np.int64)
-    for i in range(m_nz):
-        for j in range(m_nz):
-            pair_sums[nz[i] + nz[j]] += cnt[nz[i]] * cnt[nz[j]]
+    for i in range(m_nz):  # ordered pairs: each unordered one twice, i with itself once (half the products)
+        x = nz[i]
+        c = cnt[x]
+        pair_sums[2 * x] += c * c
+        for j in range(i + 1, m_nz):
+            pair_sums[x + nz[j]] += 2 * c * cnt[nz[j]]
     lengths = np.zeros(3, np.int64)
     per_pack = np.zeros(3, np.int64)
     n_pat = 0
