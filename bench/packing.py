@@ -749,6 +749,35 @@ def ratio_workloads(sizes: tuple[int, ...]) -> list[tuple[str, int, np.ndarray]]
     return out
 
 
+def machine() -> str:
+    """The CPU and the SIMD NumPy dispatches to: the argsort baseline depends on it (NumPy's default argsort
+    of 64-bit integers runs x86-simd-sort's AVX-512 code where the CPU has it, about 5x faster than on the
+    machines of docs/packing.md's earlier tables), so every table says which it ran on."""
+    model = "cpu unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import llvmlite.binding as llvm
+
+        model += f" ({llvm.get_host_cpu_name()})"
+    except Exception:  # llvmlite comes with numba; without it the model name alone
+        pass
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+
+        simd = next(
+            (f for f in ("AVX512_ICL", "AVX512_SKX", "AVX2", "NEON", "SSE42") if features.get(f)), "none"
+        )
+    except ImportError:
+        simd = "unknown"
+    return f"{model}, NumPy SIMD up to {simd}"
+
+
 def ratio_table(
     sizes: tuple[int, ...], cold: bool = True, only: tuple[str, ...] = (), lp: float = 0.0
 ) -> None:
@@ -764,7 +793,7 @@ def ratio_table(
     load_kernel()  # load the compiled kernel outside the warm timings
     print(
         f"\n## bfd / argsort on every distribution, N = {', '.join(f'{n:,}' for n in sizes)} (corpora: their own N)"
-        f"  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
+        f"  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, {machine()}, "
         f"kernel: {'numba' if _bfd_kernel.available() else 'pure Python'}, "
         f"load average {os.getloadavg()[0]:.1f})\n"
     )
@@ -1059,7 +1088,7 @@ def main(argv: list[str] | None = None) -> int:
     n_e2e = args.e2e or (100_000 if args.quick else 1_000_000)
     print(
         f"# packcfg bench/packing.py  python {platform.python_version()}, numpy {np.__version__}, "
-        f"{platform.machine()}, {os.cpu_count()} CPUs"
+        f"{platform.machine()}, {os.cpu_count()} CPUs, {machine()}"
     )
     long_n = args.long_n or (100_000 if args.quick else 1_000_000)
     if args.long_only:
