@@ -524,7 +524,7 @@ STOP_AT_LB_ITEMS = 1 << 18
 # target: exact packs built most constrained length first, a pack repeated for EXACT_SHARE of the rarest of
 # its lengths, then best fit and the nested stage on what they set aside (packing/_exact_kernel.py;
 # docs/packing.md, "The exact try"); where its plan is within the target the tries do not run. EXACT_SHARE 1
-# (each pack for as many samples as its rarest length has) makes 0.4k-0.8k patterns where 0.1 made 20k-32k
+# (each pack for as many samples as its rarest length has) makes 0.1k-0.9k patterns where 0.1 made 20k-32k
 # (1M samples, 600 / 999 distinct: kernel 1.6 / 4 ms, was 55 / 141 ms) and plans as good: 1M samples, 600 /
 # 999 distinct at 2k-32k within LB + 0-5 with 1.0, LB + 0-5 with 0.1 (bench 2026-11-27, Zen 5; 999 distinct
 # at 2k +124 either way). Its rest is nested at every size (the exact packs leave the stage's own problem, which
@@ -544,8 +544,8 @@ EXACT_MIN_COVER_LARGE = 0.1
 # its setup counts the pair sums over every two distinct lengths and each step goes over them: past this many
 # it is skipped (999 distinct: 1 ms of setup, 1.6-4 ms in all; 30k distinct lengths would be 9e8 products there)
 EXACT_MAX_DISTINCT = 4096
-# the kernel's room for patterns, per distinct length (it stops when they are full; 1M samples used 29-34 a
-# length, 999 distinct at 4k and 600 at 2k)
+# the kernel's room for patterns, per distinct length (it stops when they are full; 1M samples used about one
+# a length with EXACT_SHARE 1, 0.4k-0.9k patterns for 600-999 lengths, and 29-34 a length with 0.1)
 EXACT_PATTERNS_PER_LENGTH = 64
 
 # where the patterns stop (_cut): best fit's packs on what is left, at this many evenly spaced cut points,
