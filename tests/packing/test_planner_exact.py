@@ -12,12 +12,10 @@ from packcfg.packing import _exact_kernel, _refine_kernel
 from packcfg.packing.planner import plan
 from packcfg.packing.planning import refine
 from tests.packing.test_planner_refine import (
-    FORCED,
     SMALL_INPUTS,
-    _check_forced,
+    _check_forced_plan,
     _few_distinct,
     _lb,
-    _small_input_kw,
 )
 
 needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stage needs numba")
@@ -54,12 +52,7 @@ def test_exact_packs_are_exactly_full_and_take_what_there_is(counts, capacity, s
 def test_forced_exact_try_is_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
     """With the stage forced on and the exact try planning its rest however little its packs cover, plans are
     valid (max_per_pack, align, DPO pairs side by side) and never have more packs than best fit."""
-    lengths, kw = _small_input_kw(lengths, capacity, max_per_pack, align, pairs)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(refine, "margin", FORCED)
-        m.setattr(refine, "EXACT_MIN_COVER", 0.0)
-        p = plan(lengths, capacity, **kw)
-    _check_forced(p, lengths, capacity, kw)
+    _check_forced_plan(lengths, capacity, max_per_pack, align, pairs, (refine, "EXACT_MIN_COVER", 0.0))
 
 
 @needs_numba

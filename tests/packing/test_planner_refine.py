@@ -442,18 +442,25 @@ def _small_input_kw(lengths, capacity, max_per_pack, align, pairs):
     return lengths, kw
 
 
+def _check_forced_plan(lengths, capacity, max_per_pack, align, pairs, *patches):
+    """plan() of a SMALL_INPUTS example (_small_input_kw) with the stage forced on (refine.margin) and each
+    (module, name, value) of `patches` set for the call, checked by _check_forced."""
+    lengths, kw = _small_input_kw(lengths, capacity, max_per_pack, align, pairs)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(refine, "margin", FORCED)
+        for module, name, value in patches:
+            m.setattr(module, name, value)
+        p = plan(lengths, capacity, **kw)
+    _check_forced(p, lengths, capacity, kw)
+
+
 @needs_numba
 @settings(max_examples=40, deadline=None)
 @given(**SMALL_INPUTS, pairs=st.booleans())
 def test_forced_nested_stage_is_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
     """With the target forced to 0 and nesting on every input, the plan is valid (every item once, within
     capacity, max_per_pack and align honoured, DPO pairs side by side) and never has more packs than best fit."""
-    lengths, kw = _small_input_kw(lengths, capacity, max_per_pack, align, pairs)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(refine, "margin", FORCED)
-        m.setattr(refine, "NEST_MIN_ITEMS", 0)
-        p = plan(lengths, capacity, **kw)
-    _check_forced(p, lengths, capacity, kw)
+    _check_forced_plan(lengths, capacity, max_per_pack, align, pairs, (refine, "NEST_MIN_ITEMS", 0))
 
 
 @needs_numba
@@ -748,15 +755,17 @@ def test_greedy_led_patterns_are_valid_and_go_on_past_the_budget(counts, capacit
 def test_forced_greedy_led_stage_is_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
     """The stage forced on with next to no DP budget, so that its patterns are greedy-led from the second on
     (LED_ROOM 64): plans valid with max_per_pack, align and DPO pairs, never worse than best fit."""
-    lengths, kw = _small_input_kw(lengths, capacity, max_per_pack, align, pairs)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(refine, "margin", FORCED)
-        m.setattr(refine, "WORK_MIN", 1)
-        m.setattr(refine, "WORK_PER_ITEM", 0)
-        m.setattr(refine, "LED_SHARE", 1e12)
-        m.setattr(_refine_kernel, "LED_ROOM", 64)
-        p = plan(lengths, capacity, **kw)
-    _check_forced(p, lengths, capacity, kw)
+    _check_forced_plan(
+        lengths,
+        capacity,
+        max_per_pack,
+        align,
+        pairs,
+        (refine, "WORK_MIN", 1),
+        (refine, "WORK_PER_ITEM", 0),
+        (refine, "LED_SHARE", 1e12),
+        (_refine_kernel, "LED_ROOM", 64),
+    )
 
 
 def _within_target_against(monkeypatch, a, capacity, **control):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from packcfg.packing import _slots_kernel
 from packcfg.packing.planner import plan
 from packcfg.packing.planning import refine, slots
-from tests.packing.test_planner_refine import FORCED, SMALL_INPUTS, _check, _check_forced
+from tests.packing.test_planner_refine import FORCED, SMALL_INPUTS, _check, _check_forced_plan
 
 needs_numba = pytest.mark.skipif(not _slots_kernel.HAVE_NUMBA, reason="the slot-balanced plan needs numba")
 
@@ -101,16 +101,8 @@ def test_forced_slot_plan_is_valid_and_never_worse(lengths, capacity, max_per_pa
     """With the target forced to 0 the slot-balanced plan is tried on every input with max_per_pack: the plan
     is valid (every item once, capacity, max_per_pack and align honoured, DPO pairs side by side) and never
     has more packs than best fit."""
-    max_per_pack = max_per_pack or 4
-    kw = {"max_per_pack": max_per_pack, "align": align, "oversize": "truncate", "pairs": pairs}
-    if pairs:  # pairs: an even count, every pair within the capacity, room for one pair per pack
-        lengths = [min(x, capacity // 2 - 8) for x in lengths[: len(lengths) // 2 * 2]] or [1, 1]
-        kw.update(oversize="error", max_per_pack=max(2, max_per_pack))
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(refine, "margin", FORCED)
-        m.setattr(slots, "TAIL_MIN_ITEMS", 0)  # the tail planned again too
-        p = plan(lengths, capacity, **kw)
-    _check_forced(p, lengths, capacity, kw)
+    # the tail planned again too
+    _check_forced_plan(lengths, capacity, max_per_pack or 4, align, pairs, (slots, "TAIL_MIN_ITEMS", 0))
 
 
 @needs_numba
