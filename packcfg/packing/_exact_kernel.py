@@ -17,9 +17,14 @@ import numpy as np
 
 from packcfg.packing._refine_kernel import compiled
 
+# Under this many samples the kernel compares completions per sample as integer cross products, exact and a
+# quarter faster than dividing (1M samples of 999 distinct at 2k: 3.4 -> 2.5 ms, the same packs on 120 inputs):
+# a length has at most N**2 pair completions and N samples, so no product passes N**3 < 2**63. From it, floats.
+EXACT_COMPARE_MAX_ITEMS = 1 << 21
+
 
 @compiled
-def _exact(present, counts, capacity, share, pat_k, pat_end, ent_g, ent_n):  # type: ignore[no-untyped-def]
+def _exact(present, counts, capacity, share, exact_compare, pat_k, pat_end, ent_g, ent_n):  # type: ignore[no-untyped-def]
     n = capacity + 1
     cnt = np.zeros(n, np.int64)
     group = np.full(n, -1, np.int64)
@@ -43,11 +48,14 @@ def _exact(present, counts, capacity, share, pat_k, pat_end, ent_g, ent_n):  # t
             pair_sums[x + nz[j]] += 2 * c * cnt[nz[j]]
     lengths = np.zeros(3, np.int64)
     per_pack = np.zeros(3, np.int64)
+    delta = np.zeros(3, np.int64)
     n_pat = 0
     n_ent = 0
     packs = 0
     while True:
         v = -1
+        best_num = 0  # the fewest completions per sample so far: best_num / best_den (= best)
+        best_den = 1
         best = 0.0
         k = 0
         for i in range(m_nz):  # the first minimum, ascending; compacting away lengths used up
@@ -65,9 +73,16 @@ def _exact(present, counts, capacity, share, pat_k, pat_end, ent_g, ent_n):  # t
                 # then; counts only fall, so it is set aside now, in one scan rather than one each
                 aside[u] = True
                 continue
-            ratio = num / cnt[u]
-            if v < 0 or ratio < best:
-                best = ratio
+            if v < 0:
+                fewer = True
+            elif exact_compare:  # num / cnt[u] < best_num / best_den in integers (EXACT_COMPARE_MAX_ITEMS)
+                fewer = num * best_den < best_num * cnt[u]
+            else:
+                fewer = num / cnt[u] < best
+            if fewer:
+                best_num = num
+                best_den = cnt[u]
+                best = num / best_den
                 v = u
         m_nz = k
         if v < 0 or n_pat == pat_k.shape[0]:
@@ -115,11 +130,12 @@ def _exact(present, counts, capacity, share, pat_k, pat_end, ent_g, ent_n):  # t
         for i in range(m):
             times = min(times, cnt[lengths[i]] // per_pack[i])
         for i in range(m):
-            d = -times * per_pack[i]
-            for j in range(m_nz):
-                y = nz[j]
-                if cnt[y]:
-                    pair_sums[lengths[i] + y] += 2 * d * cnt[y]
+            delta[i] = -2 * times * per_pack[i]  # what a pair with one sample of the rest loses, per sample
+        for j in range(m_nz):  # one pass for the pack's lengths (a count of 0 adds nothing)
+            y = nz[j]
+            c = cnt[y]
+            for i in range(m):
+                pair_sums[lengths[i] + y] += delta[i] * c
         for i in range(m):
             for j in range(m):
                 pair_sums[lengths[i] + lengths[j]] += times * per_pack[i] * times * per_pack[j]
@@ -146,7 +162,10 @@ def exact_patterns(
     pat_end = np.empty(max_patterns, dtype=np.int64)
     ent_g = np.empty(3 * max_patterns, dtype=np.int64)
     ent_n = np.empty(3 * max_patterns, dtype=np.int64)
-    n_pat, n_ent, packs = _exact(present, counts, int(capacity), float(share), pat_k, pat_end, ent_g, ent_n)
+    exact_compare = int(counts.sum()) < EXACT_COMPARE_MAX_ITEMS
+    n_pat, n_ent, packs = _exact(
+        present, counts, int(capacity), float(share), exact_compare, pat_k, pat_end, ent_g, ent_n
+    )
     ent_g, ent_n = ent_g[:n_ent], ent_n[:n_ent]
     pat_k, pat_end = pat_k[:n_pat], pat_end[:n_pat]
     used = np.bincount(

@@ -122,3 +122,19 @@ def test_below_the_cover_the_exact_try_gives_up(monkeypatch, n, capacity, distin
     monkeypatch.setattr(refine, cover, 0.0)
     p, rests, _ = _exact_try_on(a, capacity, lambda lb: lb + 1000)
     assert p is not None and rests
+
+
+@needs_numba
+@pytest.mark.parametrize("capacity, distinct", [(2048, 600), (2048, 999), (4096, 999), (32768, 999)])
+def test_the_kernel_compares_the_same_in_integers_and_floats(monkeypatch, capacity, distinct):
+    """Under EXACT_COMPARE_MAX_ITEMS samples the kernel finds the most constrained length by integer cross
+    products, from there by dividing: on 64k samples both give the same packs (ties included)."""
+    a = _few_distinct(64_000, capacity, distinct)
+    present, counts = np.unique(a, return_counts=True)
+    args = (present, counts, capacity, refine.EXACT_SHARE, 64 * (len(present) + 16))
+    exact = _exact_kernel.exact_patterns(*args)
+    monkeypatch.setattr(_exact_kernel, "EXACT_COMPARE_MAX_ITEMS", 0)
+    floats = _exact_kernel.exact_patterns(*args)
+    assert exact[5] == floats[5] > 0
+    for x, y in zip(exact[:5], floats[:5], strict=True):
+        assert np.array_equal(x, y)
