@@ -109,6 +109,23 @@ def test_the_post_pass_saves_a_pack_where_the_stage_misses_the_target(monkeypatc
 
 
 @needs_numba
+def test_the_post_pass_skips_plans_too_far_over_the_target(monkeypatch):
+    """The same input, with the plan one pack over the target: allowed no pack over it
+    (refine.ELIMINATE_MAX_OVER 0), the post-pass does not run and the stage's LB + 6 stands (the test above
+    is the control: with the default, LB + 5)."""
+    a = _few_distinct(64_000, 2048, 600)
+    calls = []
+    real = eliminate.eliminate
+    monkeypatch.setattr(eliminate, "eliminate", lambda *args: calls.append(1) or real(*args))
+    monkeypatch.setattr(refine, "ELIMINATE_MAX_OVER", 0)
+    assert plan(a, 2048).num_packs - _lb(a, 2048) == 6
+    assert not calls
+    monkeypatch.setattr(refine, "ELIMINATE_MAX_OVER", 1)
+    assert plan(a, 2048).num_packs - _lb(a, 2048) == 5
+    assert calls
+
+
+@needs_numba
 @pytest.mark.parametrize("breakage", ["overfill", "lose"])
 def test_a_broken_post_pass_is_caught(monkeypatch, breakage):
     """Control for the checks above: a post-pass that moves an item into a full pack, or loses one, fails them."""

@@ -320,13 +320,13 @@ def refine(
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
             best_packs = len(best.offsets) - 1
-    # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal; below
-    # STOP_AT_LB_ITEMS items only where one pack is missing: there its budget (about 1M operations) saved at
+    # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal, and at
+    # most ELIMINATE_MAX_OVER over the target; below STOP_AT_LB_ITEMS items only where one pack is missing: there its budget (about 1M operations) saved at
     # most one pack on any row measured (64k samples: 600 distinct at 2k +6 -> +5; 999 distinct at 2k and
     # 600 / 999 distinct at 32k, +7 to +9, none saved, for 2-4 ms on rows that sit near 3x an argsort)
     if (
         not nested
-        and best_packs > stop
+        and stop < best_packs <= goal + ELIMINATE_MAX_OVER
         and eliminate.enabled()
         and (len(a) >= STOP_AT_LB_ITEMS or best_packs - stop <= 1)
     ):
@@ -484,6 +484,10 @@ def _plan_of_patterns(
     return Packing(offsets, fills=fills, build=build)
 
 
+# the post-pass runs only on plans at most this many packs over the target: it saved at most 8 packs on any
+# row measured (docs/packing.md), so further over it cannot reach the target, and there it cost 45 ms for one
+# pack (1M samples, 999 distinct at 2k: 179 -> 134 ms for +124 -> +125 over LB, target +34)
+ELIMINATE_MAX_OVER = 16
 # from NEST_MIN_ITEMS items, what the kept patterns leave is planned by the stage again (nested, try 1 only,
 # or try 3 where nothing left is over capacity / 2) rather than by best fit alone, and from TWO_SHIFTS_ITEMS
 # try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k +127 -> +51 (+115 with both limits and
