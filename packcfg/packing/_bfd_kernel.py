@@ -235,10 +235,12 @@ def _run(  # type: ignore[no-untyped-def]
     per_pack,
     fills,
     assign,
+    largest,
 ):
     """The grouped best fit. Work arrays come from the caller, so their integer width (int32 while ids
     fit: half the cache footprint of the pointer chasing) picks the compiled specialisation; an empty
-    `assign` counts the packs without writing the items' packs (pack_counter)."""
+    `assign` counts the packs without writing the items' packs or each pack's longest item (`largest`: the
+    one that opened it) (pack_counter)."""
     n_groups = values.shape[0]
     smallest = values[n_groups - 1]
     bits = np.zeros(off[-1], dtype=np.uint64)  # remaining capacities 0..capacity that have a level
@@ -270,6 +272,7 @@ def _run(  # type: ignore[no-untyped-def]
                         continue
                     if write:
                         for p in range(next_id, next_id + m):
+                            largest[p] = length
                             for _ in range(qq):
                                 assign[slot] = p
                                 slot += 1
@@ -413,6 +416,12 @@ def _counting_order(a, values, group_start, cur, idx):  # type: ignore[no-untype
     return idx
 
 
+def scatter(ids: np.ndarray, assign: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Item ids pack after pack: `ids` in decreasing-length order, `assign` the pack of each, `offsets` the
+    packs' boundaries; each pack's items in the order given (`_scatter`)."""
+    return _scatter(ids, assign, offsets)
+
+
 def descending_order(a: np.ndarray, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Item ids of `a` by decreasing length, ties by increasing id (`planning.common.sorted_desc`'s order),
     from its histogram (values descending, counts) by counting: 1.1-1.2 ms at 1M samples where sorted_desc's
@@ -452,6 +461,7 @@ def pack_counter(capacity: int, k_max: int, n_max: int) -> Any:
         np.empty(n_max, dtype=ids),
         np.empty(n_max, dtype=np.int64),
         np.empty(0, dtype=ids),  # no item order: _run writes none (35% of a count at 64k samples)
+        np.empty(0, dtype=np.int64),  # nor each pack's longest item
     )
     capacity, k_max = int(capacity), int(k_max)
 
@@ -467,11 +477,13 @@ def pack_counter(capacity: int, k_max: int, n_max: int) -> Any:
 
 def grouped_best_fit(
     values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int
-) -> tuple[np.ndarray, np.ndarray, Any]:
+) -> tuple[np.ndarray, np.ndarray, Any, np.ndarray, np.ndarray]:
     """Run the kernel on the length histogram (distinct lengths descending, their counts).
 
-    Returns (offsets, fills, build) where build(a) gives the CSR order of the items `a` (the aligned
-    lengths the histogram was taken of).
+    Returns (offsets, fills, build, assign, largest): build(a) gives the CSR order of the items `a` (the
+    aligned lengths the histogram was taken of); assign, the pack of each item in decreasing-length order
+    (ties by id: `descending_order`'s), and largest, each pack's longest item, let bfd's refinement stage
+    split the plan by pack without building that order (planning/refine.py).
     """
     values = np.ascontiguousarray(values, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
@@ -481,6 +493,7 @@ def grouped_best_fit(
     per_pack = np.empty(n_items, dtype=ids)  # items per pack (a pack holds at least one item)
     fills = np.empty(n_items, dtype=np.int64)
     assign = np.empty(n_items, dtype=ids)  # pack of each item, items in decreasing-length order
+    largest = np.empty(n_items, dtype=np.int64)  # each pack's longest item
     n_packs = _run(
         values,
         counts,
@@ -495,8 +508,9 @@ def grouped_best_fit(
         per_pack,
         fills,
         assign,
+        largest,
     )
-    per_pack, fills = per_pack[:n_packs], fills[:n_packs]
+    per_pack, fills, largest = per_pack[:n_packs], fills[:n_packs], largest[:n_packs]
     offsets = np.zeros(n_packs + 1, dtype=np.int64)
     np.cumsum(per_pack, out=offsets[1:])
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -507,4 +521,4 @@ def grouped_best_fit(
         idx = _counting_order(a, values, group_start, np.empty(values[0] + 1, ids), np.empty(len(a), ids))
         return _scatter(idx, assign, offsets)
 
-    return offsets, fills, build
+    return offsets, fills, build, assign, largest

@@ -87,7 +87,7 @@ def _exact_try_on(a, capacity, reach):
     lb = _lb(a, capacity)
     rests = []
 
-    def rest_fit(rest, rest_goal):
+    def rest_fit(rest, rest_goal, hist):
         rests.append(len(rest))
         return grouped_best_fit(rest, capacity, None)
 

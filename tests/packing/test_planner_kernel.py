@@ -321,3 +321,36 @@ def test_descending_order_is_sorted_descs(lengths, narrow):
     a = np.asarray(lengths, dtype=np.int64) % (1 << 10) if narrow else np.asarray(lengths, dtype=np.int64)
     present, counts = length_histogram(a)
     assert np.array_equal(_bfd_kernel.descending_order(a, present, counts), sorted_desc(a))
+
+
+@needs_numba
+@settings(max_examples=80, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 5_000), min_size=1, max_size=400),
+    capacity=st.integers(1, 6_000),
+    max_per_pack=st.one_of(st.none(), st.integers(1, 6)),
+    kernel=st.booleans(),
+    few=st.integers(1, 40),
+)
+def test_placement_is_the_plans_own(lengths, capacity, max_per_pack, kernel, few):
+    """Best fit's `placement()` (kernel and Python path), which bfd's refinement stage splits plans by, says
+    what the item order it builds says: the pack of each item in decreasing-length order (ties by id), and
+    each pack's longest item."""
+    from packcfg.packing.planning.common import length_histogram
+
+    a = np.minimum(np.asarray(lengths, dtype=np.int64) % few * (capacity // few // 3 + 1), capacity)  # ties
+    present, counts = length_histogram(a)
+    k_max = max_per_pack if max_per_pack is not None else 1 << 62
+    if kernel:
+        offsets, fills, build, assign, largest = _bfd_kernel.grouped_best_fit(
+            present, counts, capacity, k_max
+        )
+        order = build(a)
+    else:
+        p = best_fit.grouped_best_fit_python(a, capacity, k_max, counts, present)
+        assert p is not None and p.placement is not None
+        offsets, (assign, largest), order = p.offsets, p.placement(), p.build()
+    pack_of = np.empty(len(a), dtype=np.int64)
+    pack_of[order] = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    assert np.array_equal(assign, pack_of[_bfd_kernel.descending_order(a, present, counts)])
+    assert np.array_equal(largest, np.maximum.reduceat(a[order], offsets[:-1]))

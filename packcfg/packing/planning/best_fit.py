@@ -77,7 +77,9 @@ def load_kernel() -> bool:
 
     if not _bfd_kernel.available():
         return False
-    _, _, build = _bfd_kernel.grouped_best_fit(np.array([3, 2, 1]), np.ones(3, dtype=np.int64), 8, 1 << 62)
+    _, _, build, _, _ = _bfd_kernel.grouped_best_fit(
+        np.array([3, 2, 1]), np.ones(3, dtype=np.int64), 8, 1 << 62
+    )
     build(np.array([1, 2, 3]))  # the item-order scatter is compiled on first use too
     return _bfd_kernel.loaded()
 
@@ -112,18 +114,22 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None, tai
         present,
         counts,
         packing,
-        lambda rest: _rest_best_fit(rest, capacity, max_per_pack),
+        lambda rest, rest_present, rest_counts: _rest_best_fit(
+            rest, capacity, max_per_pack, rest_present, rest_counts
+        ),
         load_kernel,
         _pack_counter(capacity, k_max, len(a)),
     )
 
 
-def _rest_best_fit(rest: np.ndarray, capacity: int, max_per_pack: int | None) -> Packing:
-    """Best fit on what the refinement stage's patterns leave: the kernel wherever it is loaded (the stage
-    loads it), under _KERNEL_MIN_DISTINCT distinct lengths too, where a plan outside the stage keeps the
-    Python path so as not to import numba (64k samples, 999 distinct at 2k: the rest's 20-60 lengths took
-    0.6 ms in Python, 0.05 ms on the kernel); the same plan either way."""
-    present, counts = length_histogram(rest)
+def _rest_best_fit(
+    rest: np.ndarray, capacity: int, max_per_pack: int | None, present: np.ndarray, counts: np.ndarray
+) -> Packing:
+    """Best fit on what the refinement stage's patterns leave (`rest`, its histogram present descending and
+    counts): the kernel wherever it is loaded (the stage loads it), under _KERNEL_MIN_DISTINCT distinct
+    lengths too, where a plan outside the stage keeps the Python path so as not to import numba (64k
+    samples, 999 distinct at 2k: the rest's 20-60 lengths took 0.6 ms in Python, 0.05 ms on the kernel);
+    the same plan either way."""
     kernel = sys.modules.get("packcfg.packing._bfd_kernel")
     if (
         len(present) < _KERNEL_MIN_DISTINCT
@@ -132,8 +138,8 @@ def _rest_best_fit(rest: np.ndarray, capacity: int, max_per_pack: int | None) ->
         and capacity <= _KERNEL_MAX_CAPACITY
     ):
         k_max = max_per_pack if max_per_pack is not None else 1 << 62
-        offsets, fills, kbuild = kernel.grouped_best_fit(present, counts, capacity, k_max)
-        return Packing(offsets, fills=fills, build=lambda: kbuild(rest))
+        offsets, fills, kbuild, assign, largest = kernel.grouped_best_fit(present, counts, capacity, k_max)
+        return Packing(offsets, fills=fills, build=lambda: kbuild(rest), placement=lambda: (assign, largest))
     return _grouped_best_fit(rest, capacity, max_per_pack, present, counts)
 
 
@@ -196,8 +202,8 @@ def _grouped_best_fit(
 
     if not _bfd_kernel.available():  # numba found but failed to import
         return grouped_best_fit_python(a, capacity, k_max, counts, present)  # type: ignore[return-value]
-    offsets, fills, kbuild = _bfd_kernel.grouped_best_fit(present, counts, capacity, k_max)
-    return Packing(offsets, fills=fills, build=lambda: kbuild(a))
+    offsets, fills, kbuild, assign, largest = _bfd_kernel.grouped_best_fit(present, counts, capacity, k_max)
+    return Packing(offsets, fills=fills, build=lambda: kbuild(a), placement=lambda: (assign, largest))
 
 
 def grouped_best_fit_python(
@@ -233,6 +239,9 @@ def grouped_best_fit_python(
     ev_s: list[int] = []
     ev_e: list[int] = []
     next_id = 0
+    # the packs opened, in id order: runs of (length that opened them, how many), each pack's longest item
+    open_len: list[int] = []
+    open_n: list[int] = []
 
     def put(r: int, k: int, ranges: list[tuple[int, int]], m: int) -> None:
         # a pack that no remaining item can enter is closed for good: keep it out of the index
@@ -289,6 +298,8 @@ def grouped_best_fit_python(
                     event(g, rest, rng)
                     put(capacity - rest * length, rest, rng, 1)
                     next_id += 1
+                open_len.append(length)
+                open_n.append(full + (1 if rest else 0))
                 break
             key = keys[i]
             r, k = divmod(key, span)
@@ -331,7 +342,13 @@ def grouped_best_fit_python(
     np.add.at(fills, packs, q_of * len_of)
     offsets = np.zeros(next_id + 1, dtype=np.int64)
     np.cumsum(per_pack, out=offsets[1:])
-    return Packing(offsets, fills=fills, build=lambda: _materialise(a, packs, q_of, offsets))
+
+    def placement() -> tuple[np.ndarray, np.ndarray]:
+        return _assign(packs, q_of, offsets), np.repeat(np.asarray(open_len, dtype=np.int64), open_n)
+
+    return Packing(
+        offsets, fills=fills, build=lambda: _materialise(a, packs, q_of, offsets), placement=placement
+    )
 
 
 # a level key r * _K_SPAN + k sorts as (r, k) while k < _K_SPAN (item counts stay far below it)
@@ -343,8 +360,10 @@ def _materialise(a: np.ndarray, packs: np.ndarray, q_of: np.ndarray, offsets: np
     q_of items. Placements follow the groups in decreasing length and take each group's items in order, so
     repeating each pack q times gives the pack of every item in decreasing-length order (`sorted_desc`);
     a stable sort by pack then lists each pack's items in the order best fit put them there."""
-    idx = sorted_desc(a)
+    return sorted_desc(a)[np.argsort(_assign(packs, q_of, offsets), kind="stable")]
+
+
+def _assign(packs: np.ndarray, q_of: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The pack of every item in decreasing-length order (ties by id), from the placements (`_materialise`)."""
     assign = np.repeat(packs, q_of)
-    if len(offsets) <= 2**31:
-        assign = assign.astype(np.int32)
-    return idx[np.argsort(assign, kind="stable")]
+    return assign.astype(np.int32) if len(offsets) <= 2**31 else assign

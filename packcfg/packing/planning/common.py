@@ -21,12 +21,15 @@ class PlanError(ValueError):
 
 @dataclass
 class Packing:
-    """What an algorithm hands back: pack boundaries, and the item order (or how to build it)."""
+    """What an algorithm hands back: pack boundaries, and the item order (or how to build it). Best fit also
+    gives `placement()`: (the pack of each item in decreasing-length order, ties by id; each pack's longest
+    item), from which bfd's refinement stage splits the plan by pack without building the item order."""
 
     offsets: np.ndarray
     order: np.ndarray | None = None
     build: Callable[[], np.ndarray] | None = None
     fills: np.ndarray | None = None
+    placement: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
 
 def from_groups(groups: list[np.ndarray]) -> Packing:
