@@ -125,6 +125,22 @@ def test_below_the_cover_the_exact_try_gives_up(monkeypatch, n, capacity, distin
 
 
 @needs_numba
+def test_too_few_long_samples_for_the_cover_skip_the_kernel(monkeypatch):
+    """Every exact pack of at most three samples holds one of at least a third of the capacity, so where those
+    samples times the capacity are under EXACT_MIN_COVER of the volume the kernel is not run: 150k samples of
+    300 distinct lengths at 128k (0.33 at most; the kernel finds 0.12 there). Control: with the cover at 0.3
+    the kernel runs, and still gives up on the cover it finds."""
+    a = _few_distinct(150_000, 131072, 300)
+    calls = []
+    real = _exact_kernel.exact_patterns
+    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: calls.append(1) or real(*args))
+    assert _exact_try_on(a, 131072, lambda lb: lb + 1000)[0] is None and not calls
+    monkeypatch.setattr(refine, "EXACT_MIN_COVER", 0.3)
+    p, rests, _ = _exact_try_on(a, 131072, lambda lb: lb + 1000)
+    assert calls and p is None and not rests
+
+
+@needs_numba
 @pytest.mark.parametrize("capacity, distinct", [(2048, 600), (2048, 999), (4096, 999), (32768, 999)])
 def test_the_kernel_compares_the_same_in_integers_and_floats(monkeypatch, capacity, distinct):
     """Under EXACT_COMPARE_MAX_ITEMS samples the kernel finds the most constrained length by integer cross

@@ -351,16 +351,21 @@ def _exact_try(
     """Exact packs most constrained length first (packing/_exact_kernel.py), then `rest_fit` on what they
     leave, aiming at `goal` packs in all: the plan of the items of `a`, or None where no exact pack was found,
     where they hold under EXACT_MIN_COVER (_LARGE) of the volume, or where they and LB of what they leave
-    already pass `reach` packs (in these two the rest is not planned)."""
+    already pass `reach` packs (in these two the rest is not planned). The kernel does not run where the
+    samples of at least a third of the capacity are too few for the cover: every exact pack of at most three
+    holds one, so there are at most that many such packs."""
     from packcfg.packing import _exact_kernel
 
+    cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
+    volume = int(np.dot(present, counts))
+    if int(counts[3 * present >= capacity].sum()) * capacity < cover * volume:
+        return None  # (150k samples of 999 distinct at 32k: 0.31 at most, 0.31 found, 1.6 ms of kernel saved)
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
         present, counts, capacity, EXACT_SHARE, EXACT_PATTERNS_PER_LENGTH * (len(present) + 16)
     )
     if packs == 0:
         return None
-    cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
-    if packs * capacity < cover * int(np.dot(present, counts)):
+    if packs * capacity < cover * volume:
         return None  # the plan would be mostly the rest's (EXACT_MIN_COVER, _LARGE)
     rest = left > 0
     if rest.any() and packs + l2_bound(present[rest][::-1], left[rest][::-1], capacity) > reach:
