@@ -12,9 +12,11 @@ memory than the planning itself. `PackPlan.bins` is a lazy sequence of index arr
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -134,7 +136,33 @@ class PackPlan:
 
 # --------------------------------------------------------------------------------------------- entry
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 
+
+def _without_huge_pages(fn: _F) -> _F:
+    """Run `fn` with NumPy's transparent-huge-page hint off (PACKCFG_PLANNER_HUGEPAGES=on keeps it).
+
+    NumPy asks the kernel for huge pages on every array of 4 MiB or more. Where THP's `defrag` is `madvise`
+    (the usual default, and this project's machines) the first touch of such an array may wait for the
+    kernel to compact memory: a plan of 1M samples in a fresh process took 1.3-2x its warm time with the
+    hint off, and with it 1-1.3x in most processes but 2.5-8x in others (77-177 ms against 20-77 warm;
+    docs/packing.md, "Huge pages"). The planner's arrays live for one call, so the hint buys it little."""
+    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if setter is None or os.environ.get("PACKCFG_PLANNER_HUGEPAGES", "").lower() == "on":
+            return fn(*args, **kwargs)
+        old = setter(False)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            setter(old)
+
+    return run  # type: ignore[return-value]
+
+
+@_without_huge_pages
 def plan(
     lengths: Sequence[int] | np.ndarray,
     capacity: int,

@@ -335,3 +335,35 @@ def test_sorted_desc_is_decreasing_length_then_id_on_every_path(seed, path, dist
     a = rng.choice(values, size=n)
     a[0] = top  # the longest is top: the path is the one drawn
     assert np.array_equal(sorted_desc(a), np.lexsort((np.arange(n), -a)))
+
+
+def test_numpys_huge_page_hint_is_off_while_planning_and_restored(monkeypatch):
+    """plan() turns NumPy's huge-page hint off for its own arrays (docs/packing.md, "Huge pages") and puts back
+    what the caller had, after a plan and after an error; PACKCFG_PLANNER_HUGEPAGES=on leaves it on."""
+    from packcfg.packing import planner
+
+    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    if setter is None:
+        pytest.skip("this NumPy has no huge-page hint")
+    seen = []
+    real = planner._dispatch
+
+    def spy(*args):
+        now = setter(False)  # reading it means setting it: put it back at once
+        setter(now)
+        seen.append(now)
+        return real(*args)
+
+    monkeypatch.setattr(planner, "_dispatch", spy)
+    caller = setter(True)
+    try:
+        plan([3, 4, 5, 6], 10)
+        assert seen == [False] and setter(True) is True
+        with pytest.raises(PlanError):
+            plan([], 10)
+        assert setter(True) is True
+        monkeypatch.setenv("PACKCFG_PLANNER_HUGEPAGES", "on")
+        plan([3, 4, 5, 6], 10)
+        assert seen == [False, True]
+    finally:
+        setter(caller)
