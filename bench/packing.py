@@ -790,8 +790,8 @@ def ratio_table(
     """bfd against one NumPy argsort of the same lengths on every distribution and capacity: warm (kernel
     loaded), on the pure-Python path (what runs without numba, and cold below 1,000 distinct lengths), and
     cold in a fresh process (the first plan(), median of COLD_RUNS processes; numba's import and cache load,
-    where the kernel ran, shown apart); packs against the target LB + max(5, 0.01%). `only`: the distributions whose name starts with one of
-    these (all when empty). `lp` > 0: where bfd misses the target against L2, also the cutting-stock LP bound
+    where the kernel ran, shown apart); packs against the target LB + max(5, 0.01%). `only`: the
+    distributions whose name starts with one of these (all when empty). `lp` > 0: where bfd misses the target against L2, also the cutting-stock LP bound
     (bench/lp_bound.py, at most `lp` seconds a row), and packs over it."""
     from packcfg.packing import _bfd_kernel
     from packcfg.packing.planning import best_fit

@@ -146,7 +146,8 @@ def _without_huge_pages(fn: _F) -> _F:
     (the usual default, and this project's machines) the first touch of such an array may wait for the
     kernel to compact memory: a plan of 1M samples in a fresh process took 1.3-2x its warm time with the
     hint off, and with it 1-1.3x in most processes but 2.5-8x in others (77-177 ms against 20-77 warm;
-    docs/packing.md, "Huge pages"). The planner's arrays live for one call, so the hint buys it little."""
+    docs/packing.md, "NumPy's huge pages"). The planner's arrays live for one call, so the hint buys it
+    little."""
     setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
 
     @functools.wraps(fn)

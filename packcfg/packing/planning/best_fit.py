@@ -364,6 +364,7 @@ def _materialise(a: np.ndarray, packs: np.ndarray, q_of: np.ndarray, offsets: np
 
 
 def _assign(packs: np.ndarray, q_of: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The pack of every item in decreasing-length order (ties by id), from the placements (`_materialise`)."""
+    """The pack of every item in decreasing-length order (ties by id), from the placements (as in
+    `_materialise`)."""
     assign = np.repeat(packs, q_of)
     return assign.astype(np.int32) if len(offsets) <= 2**31 else assign

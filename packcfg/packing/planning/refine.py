@@ -326,9 +326,10 @@ def refine(
             best = plan
             best_packs = len(best.offsets) - 1
     # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal, and at
-    # most ELIMINATE_MAX_OVER over the target; below STOP_AT_LB_ITEMS items only where one pack is missing: there its budget (about 1M operations) saved at
-    # most one pack on any row measured (64k samples: 600 distinct at 2k +6 -> +5; 999 distinct at 2k and
-    # 600 / 999 distinct at 32k, +7 to +9, none saved, for 2-4 ms on rows that sit near 3x an argsort)
+    # most ELIMINATE_MAX_OVER over the target; below STOP_AT_LB_ITEMS items only where one pack is missing:
+    # there its budget (about 1M operations) saved at most one pack on any row measured (64k samples: 600
+    # distinct at 2k +6 -> +5; 999 distinct at 2k and 600 / 999 distinct at 32k, +7 to +9, none saved, for
+    # 2-4 ms on rows that sit near 3x an argsort)
     if (
         not nested
         and stop < best_packs <= goal + ELIMINATE_MAX_OVER
