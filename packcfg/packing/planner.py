@@ -148,7 +148,8 @@ def _without_huge_pages(fn: _F) -> _F:
     hint off, and with it 1-1.3x in most processes but 2.5-8x in others (77-177 ms against 20-77 warm;
     docs/packing.md, "NumPy's huge pages"). The planner's arrays live for one call, so the hint buys it
     little."""
-    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    core = getattr(np, "_core", None) or getattr(np, "core", None)  # NumPy 2 / NumPy 1
+    setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:

@@ -291,9 +291,8 @@ def refine(
         some = left > 0
         sub_present, sub_counts = present[some], left[some]
         sub = np.repeat(sub_present, sub_counts)
-        waste = (
-            int((~keep).sum()) * capacity - int(np.dot(sub_present, sub_counts)) - capacity
-        )  # no more saves
+        # more waste than this could not save a pack
+        waste = int((~keep).sum()) * capacity - int(np.dot(sub_present, sub_counts)) - capacity
         n_kept = int(keep.sum())
         if len(a) < STOP_AT_LB_ITEMS and _cannot_improve(
             n_kept, sub_present, sub_counts, capacity, k_max, best_packs
@@ -360,7 +359,7 @@ def _exact_try(
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
     volume = int(np.dot(present, counts))
     if int(counts[3 * present >= capacity].sum()) * capacity < cover * volume:
-        return None  # (150k samples of 999 distinct at 32k: 0.31 at most, 0.31 found, 1.6 ms of kernel saved)
+        return None  # (150k samples of 300 distinct at 128k: 0.33 at most, 0.12 found)
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
         present, counts, capacity, EXACT_SHARE, EXACT_PATTERNS_PER_LENGTH * (len(present) + 16)
     )
