@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
@@ -138,9 +139,17 @@ def _rest_best_fit(
         and capacity <= _KERNEL_MAX_CAPACITY
     ):
         k_max = max_per_pack if max_per_pack is not None else 1 << 62
-        offsets, fills, kbuild, assign, largest = kernel.grouped_best_fit(present, counts, capacity, k_max)
-        return Packing(offsets, fills=fills, build=lambda: kbuild(rest), placement=lambda: (assign, largest))
+        return _kernel_plan(kernel, rest, capacity, k_max, present, counts)
     return _grouped_best_fit(rest, capacity, max_per_pack, present, counts)
+
+
+def _kernel_plan(
+    kernel: ModuleType, a: np.ndarray, capacity: int, k_max: int, present: np.ndarray, counts: np.ndarray
+) -> Packing:
+    """Best fit on the compiled kernel (`kernel`: packing/_bfd_kernel.py, loaded): the item order built on
+    demand, and the placement bfd's refinement stage splits plans by."""
+    offsets, fills, kbuild, assign, largest = kernel.grouped_best_fit(present, counts, capacity, k_max)
+    return Packing(offsets, fills=fills, build=lambda: kbuild(a), placement=lambda: (assign, largest))
 
 
 def _pack_counter(capacity: int, k_max: int, n_max: int) -> Callable[[np.ndarray, np.ndarray], int]:
@@ -202,8 +211,7 @@ def _grouped_best_fit(
 
     if not _bfd_kernel.available():  # numba found but failed to import
         return grouped_best_fit_python(a, capacity, k_max, counts, present)  # type: ignore[return-value]
-    offsets, fills, kbuild, assign, largest = _bfd_kernel.grouped_best_fit(present, counts, capacity, k_max)
-    return Packing(offsets, fills=fills, build=lambda: kbuild(a), placement=lambda: (assign, largest))
+    return _kernel_plan(_bfd_kernel, a, capacity, k_max, present, counts)
 
 
 def grouped_best_fit_python(
