@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -150,16 +151,26 @@ def _without_huge_pages(fn: _F) -> _F:
     little."""
     core = getattr(np, "_core", None) or getattr(np, "core", None)  # NumPy 2 / NumPy 1
     setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    # the hint is the process's: plans running at once in several threads share one switch, and the last
+    # to finish puts back what the first found
+    lock = threading.Lock()
+    state = {"running": 0, "caller": True}
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         if setter is None or os.environ.get("PACKCFG_PLANNER_HUGEPAGES", "").lower() == "on":
             return fn(*args, **kwargs)
-        old = setter(False)
+        with lock:
+            if state["running"] == 0:
+                state["caller"] = setter(False)
+            state["running"] += 1
         try:
             return fn(*args, **kwargs)
         finally:
-            setter(old)
+            with lock:
+                state["running"] -= 1
+                if state["running"] == 0:
+                    setter(state["caller"])
 
     return run  # type: ignore[return-value]
 

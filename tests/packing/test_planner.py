@@ -367,3 +367,54 @@ def test_numpys_huge_page_hint_is_off_while_planning_and_restored(monkeypatch):
         assert seen == [False, True]
     finally:
         setter(caller)
+
+
+def test_plans_in_threads_at_once_put_the_huge_page_hint_back():
+    """Two plans overlapping in two threads, the first to start ending first: the hint stays off until the
+    second ends too, then is what the caller had (a switch that restored what each call found would leave it
+    off)."""
+    import threading
+
+    from packcfg.packing import planner
+
+    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    if setter is None:
+        pytest.skip("this NumPy has no huge-page hint")
+    inside = {"first": threading.Event(), "second": threading.Event()}
+    go = {"first": threading.Event(), "second": threading.Event()}
+    real = planner._dispatch
+
+    def held(*args):
+        name = threading.current_thread().name
+        inside[name].set()
+        assert go[name].wait(timeout=30)
+        return real(*args)
+
+    def hint() -> bool:
+        now = setter(False)  # reading it means setting it: put it back at once
+        setter(now)
+        return now
+
+    caller = setter(True)
+    try:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(planner, "_dispatch", held)
+            threads = {
+                name: threading.Thread(target=plan, args=([3, 4, 5, 6], 10), name=name)
+                for name in ("first", "second")
+            }
+            threads["first"].start()
+            assert inside["first"].wait(timeout=30)
+            threads["second"].start()
+            assert inside["second"].wait(timeout=30)
+            assert hint() is False
+            go["first"].set()
+            threads["first"].join(timeout=30)
+            assert hint() is False  # the second plan still runs
+            go["second"].set()
+            threads["second"].join(timeout=30)
+        assert hint() is True
+    finally:
+        for event in go.values():  # a failed check above must not leave a thread waiting
+            event.set()
+        setter(caller)
