@@ -150,6 +150,68 @@ def _exact(present, counts, capacity, share, exact_compare, pat_k, pat_end, ent_
         packs += times
 
 
+@compiled
+def _packs_bound(values, counts, big, capacity, enough):  # type: ignore[no-untyped-def]
+    """An upper bound on the exact packs of at most three samples (values ascending, distinct; big: the
+    indexes of the lengths of at least a third of the capacity, most samples first), or at least `enough`
+    once the bound passes it (the caller only asks whether it does). Every such pack holds a sample u of at
+    least a third of the capacity, its longest, and the others complete capacity - u exactly: one sample of
+    it, or a pair x + y of it. Pairs of different packs share no sample, and x fixes y, so the packs whose
+    longest is u are at most min(cnt[u], f(u)), f(u) the completions of capacity - u that share no sample:
+    cnt[capacity - u] + sum over x < y of min(cnt[x], cnt[y]) + cnt[(capacity - u) / 2] // 2. The sum over u
+    counts every pack once (fillers counted under several u only loosen it)."""
+    n = values.shape[0]
+    total = 0
+    for k in big:
+        u = values[k]
+        g = capacity - u
+        if g == 0:
+            total += counts[k]
+        else:
+            # f(u), counted only until it reaches cnt[u]
+            f = 0
+            lo = 0
+            hi = n
+            while lo < hi:  # the first length over g
+                mid = (lo + hi) >> 1
+                if values[mid] > g:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            i = 0
+            j = lo - 1
+            if j >= 0 and values[j] == g:
+                f += counts[j]
+            while i < j and f < counts[k]:
+                s = values[i] + values[j]
+                if s == g:
+                    f += min(counts[i], counts[j])
+                    i += 1
+                    j -= 1
+                elif s < g:
+                    i += 1
+                else:
+                    j -= 1
+            if i == j and 2 * values[i] == g:
+                f += counts[i] // 2
+            total += min(counts[k], f)
+        if total >= enough:
+            return total
+    return total
+
+
+def packs_bound(present: np.ndarray, counts: np.ndarray, capacity: int, enough: int) -> int:
+    """An upper bound on the exact packs of at most three samples the histogram allows (present: distinct
+    lengths, either order), or a number >= `enough` once it is clear the bound is at least that (the lengths
+    with the most samples are counted first, so that it is clear soon where it is)."""
+    order = np.argsort(present)
+    values = np.ascontiguousarray(present[order], dtype=np.int64)
+    counts = np.ascontiguousarray(counts[order], dtype=np.int64)
+    big = np.flatnonzero(3 * values >= capacity)
+    big = big[np.argsort(-counts[big], kind="stable")]
+    return int(_packs_bound(values, counts, big, int(capacity), int(enough)))
+
+
 def exact_patterns(
     present: np.ndarray, counts: np.ndarray, capacity: int, share: float, max_patterns: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:

@@ -195,6 +195,7 @@ def _patterns(
     lstages,
     led_room,
     led_budget,
+    state,
 ):  # type: ignore[no-untyped-def]
     """Minimum bin slack over the histogram (values descending, counts). Fills pat_k (packs per pattern),
     pat_end (end of each pattern's entries), ent_g / ent_n (group and items per pack); `counts` ends as
@@ -202,24 +203,31 @@ def _patterns(
     lstages its work space with k_max item counts (a pattern over k_max items is found again with at most
     k_max - 1 besides its first where lstages has room for k_max counts; the stage stops there otherwise).
     Once work_budget is spent, patterns go on, greedy-led, for led_budget more: a pack's items are taken
-    largest first until at most led_room tokens are left, and the DP fills only that. Returns (patterns,
+    largest first until at most led_room tokens are left, and the DP fills only that. `state` holds (patterns,
     entries, packs, waste, DP cells spent: a bitset word counts as 3, the first pattern the item-limited DP
-    found or -1)."""
+    found or -1): the run starts from it and writes it back, so that a run stopped by its budget goes on,
+    called again with a larger one, exactly as one call with that budget would have. Returns whether the
+    budget stopped it (False: the stage has ended, by its waste budget, max_per_pack, full tables or no
+    items left)."""
     n_groups = values.shape[0]
     need = np.zeros(n_groups, dtype=np.int64)  # items per pack of each group in the pattern (0 between)
     touched = np.empty(capacity + 2, dtype=np.int64)  # the pattern's groups, ascending
-    n_pat = 0
-    n_ent = 0
-    packs = 0
-    waste = 0
-    work = 0
+    n_pat = state[0]
+    n_ent = state[1]
+    packs = state[2]
+    waste = state[3]
+    work = state[4]
+    first_limited = state[5]  # the first pattern found by the item-limited DP (-1: none)
     top = 0
-    first_limited = -1  # the first pattern found by the item-limited DP
+    out_of_budget = False
     while True:
         while top < n_groups and counts[top] == 0:
             top += 1
         led = work >= work_budget
-        if top == n_groups or work >= work_budget + led_budget or n_pat == pat_k.shape[0]:
+        if top == n_groups or n_pat == pat_k.shape[0]:
+            break
+        if work >= work_budget + led_budget:
+            out_of_budget = True
             break
         counts[top] -= 1
         room = capacity - values[top]
@@ -310,7 +318,13 @@ def _patterns(
         n_pat += 1
         packs += k
         waste += k * slack
-    return n_pat, n_ent, packs, waste, work, first_limited
+    state[0] = n_pat
+    state[1] = n_ent
+    state[2] = packs
+    state[3] = waste
+    state[4] = work
+    state[5] = first_limited
+    return out_of_budget
 
 
 @compiled
@@ -360,6 +374,107 @@ LIMITED_MAX_ITEMS = 16
 LIMITED_SHARE = 4
 
 
+class Patterns:
+    """Minimum bin slack on a histogram, run in steps: `run(work_budget, led_budget)` goes on to that budget
+    (DP cells in all, from the start) and says whether the budget stopped it, so the caller may look at the
+    plan so far before it spends more; the patterns are those one run with the last budget would have found.
+    After the work budget, patterns go on greedy-led for led_budget more (LED_ROOM; not where k_max is at
+    most LIMITED_MAX_ITEMS: the item-limited DP does not follow greedy-led items)."""
+
+    def __init__(self, values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, waste_budget: int):
+        self.values = np.ascontiguousarray(values, dtype=np.int64)
+        self.left = np.array(counts, dtype=np.int64)  # what the patterns so far leave of each group
+        self.capacity = int(capacity)
+        self.k_max = int(k_max)
+        self.waste_budget = int(waste_budget)
+        n = len(self.values)
+        # the stage stops when these are full (a pattern holds at most one entry per group)
+        n_pat = PAT_PER_GROUP * (n + 1)
+        self._pat_k = np.empty(n_pat, dtype=np.int64)
+        self._pat_end = np.empty(n_pat, dtype=np.int64)
+        self._ent_g = np.empty(min(n, 64) * n_pat + 1, dtype=np.int64)
+        self._ent_n = np.empty_like(self._ent_g)
+        # the bitset DP's stages: one row of capacity / 64 + 1 words per chunk, at most STAGE_WORDS in all
+        n_words = (self.capacity >> 6) + 1
+        rows = min(n * (self.capacity.bit_length() + 1), STAGE_WORDS // n_words) + 1
+        self._stages = np.empty((max(rows, 2), 1, n_words), dtype=np.uint64)
+        self._ch_g = np.empty(self._stages.shape[0], dtype=np.int64)
+        self._ch_n = np.empty(self._stages.shape[0], dtype=np.int64)
+        # the item-limited DP's stages (k_max item counts a chunk) where max_per_pack is small enough to bind
+        if self.k_max <= LIMITED_MAX_ITEMS:
+            l_rows = min(self._stages.shape[0], STAGE_WORDS // (n_words * self.k_max) + 1)
+            self._lstages = np.empty((max(l_rows, 2), self.k_max, n_words), dtype=np.uint64)
+        else:
+            self._lstages = np.empty((1, 1, 1), dtype=np.uint64)
+        # patterns, entries, packs, waste, DP cells spent, the first pattern of the item-limited DP
+        self._state = np.array([0, 0, 0, 0, 0, -1], dtype=np.int64)
+        self.more = True  # False once the stage has ended other than by its budget
+
+    def run(self, work_budget: int, led_budget: int = 0) -> bool:
+        """Go on to work_budget DP cells (and led_budget more greedy-led); whether the budget stopped it."""
+        if self.more:
+            self.more = bool(
+                _patterns(
+                    self.values,
+                    self.left,
+                    self.capacity,
+                    self.k_max,
+                    self.waste_budget,
+                    int(work_budget),
+                    self._pat_k,
+                    self._pat_end,
+                    self._ent_g,
+                    self._ent_n,
+                    self._stages,
+                    self._ch_g,
+                    self._ch_n,
+                    self._lstages,
+                    LED_ROOM,
+                    int(led_budget) if self.k_max > LIMITED_MAX_ITEMS else 0,
+                    self._state,
+                )
+            )
+        return self.more
+
+    @property
+    def pat_k(self) -> np.ndarray:
+        """Packs of each pattern."""
+        return self._pat_k[: self._state[0]]
+
+    @property
+    def pat_end(self) -> np.ndarray:
+        """The end of each pattern's entries."""
+        return self._pat_end[: self._state[0]]
+
+    @property
+    def ent_g(self) -> np.ndarray:
+        """Each entry's group (index into values)."""
+        return self._ent_g[: self._state[1]]
+
+    @property
+    def ent_n(self) -> np.ndarray:
+        """Each entry's items per pack."""
+        return self._ent_n[: self._state[1]]
+
+    @property
+    def packs(self) -> int:
+        return int(self._state[2])
+
+    @property
+    def waste(self) -> int:
+        return int(self._state[3])
+
+    @property
+    def work(self) -> int:
+        """DP cells spent so far."""
+        return int(self._state[4])
+
+    @property
+    def first_limited(self) -> int:
+        """The first pattern over max_per_pack found again by the item-limited DP (-1: none)."""
+        return int(self._state[5])
+
+
 def patterns(
     values: np.ndarray,
     counts: np.ndarray,
@@ -370,60 +485,22 @@ def patterns(
     led_budget: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, int, int]:
     """Run minimum bin slack on the histogram, for work_budget DP cells and then led_budget more greedy-led
-    (LED_ROOM; not where k_max is at most LIMITED_MAX_ITEMS: the item-limited DP does not follow greedy-led
-    items). Returns (pat_k, pat_end, ent_g, ent_n, left, packs, waste, work, first_limited): the patterns,
-    their multiplicities, what is left of each group, the DP cells spent, and the first pattern over
-    max_per_pack found again by the item-limited DP (-1: none; where the stage stopped before it could do
-    that)."""
-    values = np.ascontiguousarray(values, dtype=np.int64)
-    left = np.array(counts, dtype=np.int64)
-    n = len(values)
-    # the stage stops when these are full (a pattern holds at most one entry per group)
-    n_pat = PAT_PER_GROUP * (n + 1)
-    pat_k = np.empty(n_pat, dtype=np.int64)
-    pat_end = np.empty(n_pat, dtype=np.int64)
-    ent_g = np.empty(min(n, 64) * n_pat + 1, dtype=np.int64)
-    ent_n = np.empty_like(ent_g)
-    # the bitset DP's stages: one row of capacity / 64 + 1 words per chunk, at most STAGE_WORDS in all
-    n_words = (int(capacity) >> 6) + 1
-    rows = min(n * (int(capacity).bit_length() + 1), STAGE_WORDS // n_words) + 1
-    stages = np.empty((max(rows, 2), 1, n_words), dtype=np.uint64)
-    ch_g = np.empty(stages.shape[0], dtype=np.int64)
-    ch_n = np.empty(stages.shape[0], dtype=np.int64)
-    # the item-limited DP's stages (k_max item counts a chunk) where max_per_pack is small enough to bind
-    if int(k_max) <= LIMITED_MAX_ITEMS:
-        l_rows = min(stages.shape[0], STAGE_WORDS // (n_words * int(k_max)) + 1)
-        lstages = np.empty((max(l_rows, 2), int(k_max), n_words), dtype=np.uint64)
-    else:
-        lstages = np.empty((1, 1, 1), dtype=np.uint64)
-    n_pat, n_ent, packs, waste, work, first_limited = _patterns(
-        values,
-        left,
-        int(capacity),
-        int(k_max),
-        int(waste_budget),
-        int(work_budget),
-        pat_k,
-        pat_end,
-        ent_g,
-        ent_n,
-        stages,
-        ch_g,
-        ch_n,
-        lstages,
-        LED_ROOM,
-        int(led_budget) if int(k_max) > LIMITED_MAX_ITEMS else 0,
-    )
+    (`Patterns`, in one step). Returns (pat_k, pat_end, ent_g, ent_n, left, packs, waste, work, first_limited):
+    the patterns, their multiplicities, what is left of each group, the DP cells spent, and the first pattern
+    over max_per_pack found again by the item-limited DP (-1: none; where the stage stopped before it could
+    do that)."""
+    run = Patterns(values, counts, capacity, k_max, waste_budget)
+    run.run(work_budget, led_budget)
     return (
-        pat_k[:n_pat],
-        pat_end[:n_pat],
-        ent_g[:n_ent],
-        ent_n[:n_ent],
-        left,
-        int(packs),
-        int(waste),
-        int(work),
-        int(first_limited),
+        run.pat_k,
+        run.pat_end,
+        run.ent_g,
+        run.ent_n,
+        run.left,
+        run.packs,
+        run.waste,
+        run.work,
+        run.first_limited,
     )
 
 

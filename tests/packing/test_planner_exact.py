@@ -129,15 +129,83 @@ def test_too_few_long_samples_for_the_cover_skip_the_kernel(monkeypatch):
     """Every exact pack of at most three samples holds one of at least a third of the capacity, so where those
     samples times the capacity are under EXACT_MIN_COVER of the volume the kernel is not run: 150k samples of
     300 distinct lengths at 128k (0.33 at most; the kernel finds 0.12 there). Control: with the cover at 0.3
-    the kernel runs, and still gives up on the cover it finds."""
+    (and the completions' bound, tested below, out of the way) the kernel runs, and still gives up on the
+    cover it finds."""
     a = _few_distinct(150_000, 131072, 300)
     calls = []
     real = _exact_kernel.exact_patterns
     monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: calls.append(1) or real(*args))
+    monkeypatch.setattr(_exact_kernel, "packs_bound", lambda *args: 1 << 62)
     assert _exact_try_on(a, 131072, lambda lb: lb + 1000)[0] is None and not calls
     monkeypatch.setattr(refine, "EXACT_MIN_COVER", 0.3)
     p, rests, _ = _exact_try_on(a, 131072, lambda lb: lb + 1000)
     assert calls and p is None and not rests
+
+
+@needs_numba
+def test_too_few_completions_for_the_cover_skip_the_kernel(monkeypatch):
+    """150k samples of 600 distinct lengths at 128k: the long samples alone would allow 0.50 of the volume,
+    but their completions only 0.15 (`packs_bound`, measured), under EXACT_MIN_COVER, so the kernel is not
+    run (it finds 0.12 there). Control: with the cover at 0.14 it runs, and gives up on the 0.12 it finds."""
+    a = _few_distinct(150_000, 131072, 600)
+    calls = []
+    real = _exact_kernel.exact_patterns
+    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: calls.append(1) or real(*args))
+    assert _exact_try_on(a, 131072, lambda lb: lb + 1000)[0] is None and not calls
+    monkeypatch.setattr(refine, "EXACT_MIN_COVER", 0.14)
+    p, rests, _ = _exact_try_on(a, 131072, lambda lb: lb + 1000)
+    assert calls and p is None and not rests
+
+
+def _most_exact_packs(samples: tuple[int, ...], capacity: int, cache: dict) -> int:
+    """The most disjoint packs of one to three samples summing to exactly `capacity` (samples ascending): the
+    first sample is in no such pack, or in one with one or two of the others."""
+    if not samples:
+        return 0
+    if samples not in cache:
+        x, rest = samples[0], samples[1:]
+        best = _most_exact_packs(rest, capacity, cache)
+        if x == capacity:
+            best = max(best, 1 + _most_exact_packs(rest, capacity, cache))
+        for i in range(len(rest)):
+            if x + rest[i] == capacity:
+                best = max(best, 1 + _most_exact_packs(rest[:i] + rest[i + 1 :], capacity, cache))
+            for j in range(i + 1, len(rest)):
+                if x + rest[i] + rest[j] == capacity:
+                    left = rest[:i] + rest[i + 1 : j] + rest[j + 1 :]
+                    best = max(best, 1 + _most_exact_packs(left, capacity, cache))
+        cache[samples] = best
+    return cache[samples]
+
+
+def _singles_only_bound(present, counts, capacity, enough):  # a control: completions by one sample only
+    values = dict(zip(present.tolist(), counts.tolist(), strict=True))
+    return sum(
+        min(c, values.get(capacity - v, 0) + (v == capacity) * c)
+        for v, c in values.items()
+        if 3 * v >= capacity
+    )
+
+
+@needs_numba
+@settings(max_examples=150, deadline=None)
+@given(samples=st.lists(st.integers(1, 24), min_size=1, max_size=10), capacity=st.integers(6, 30))
+def test_the_packs_bound_holds_on_every_plan(samples, capacity):
+    """`packs_bound` is at least the most exact packs of at most three samples any plan has (brute force over
+    small inputs) and the kernel's; asked whether it reaches a number, it answers at least that number where
+    it does. Control: a bound that counts completions by one sample only falls under the most exact packs
+    (a pack of three samples, 3 + 3 + 4 at 10)."""
+    samples = [min(x, capacity) for x in samples]
+    present, counts = np.unique(samples, return_counts=True)
+    bound = _exact_kernel.packs_bound(present, counts, capacity, 1 << 62)
+    most = _most_exact_packs(tuple(sorted(samples)), capacity, {})
+    assert bound >= most
+    kernel = _exact_kernel.exact_patterns(present[::-1].copy(), counts[::-1].copy(), capacity, 1.0, 1024)[5]
+    assert bound >= kernel
+    for enough in range(bound + 2):
+        assert (_exact_kernel.packs_bound(present, counts, capacity, enough) >= enough) == (bound >= enough)
+    control = (np.array([3, 4]), np.array([2, 1]))
+    assert _singles_only_bound(*control, 10, 0) < _most_exact_packs((3, 3, 4), 10, {}) == 1
 
 
 @needs_numba

@@ -85,6 +85,21 @@ def _check(p, lengths, capacity, max_per_pack=None):
     assert p.stats["gap_to_lower_bound"] == p.num_packs - p.stats["lower_bound"]
 
 
+def _spy_patterns(monkeypatch):
+    """Record each step of the stage's minimum bin slack (`Patterns.run`) as (the run, its work budget, its
+    led budget, whether the budget stopped it); returns the list the steps go to."""
+    seen = []
+    real = _refine_kernel.Patterns.run
+
+    def run(self, work_budget, led_budget=0):
+        more = real(self, work_budget, led_budget)
+        seen.append((self, work_budget, led_budget, more))
+        return more
+
+    monkeypatch.setattr(_refine_kernel.Patterns, "run", run)
+    return seen
+
+
 def _lb(lengths, capacity):
     values, counts = np.unique(lengths, return_counts=True)
     return refine.l2_bound(values, counts, capacity)
@@ -149,9 +164,7 @@ def test_forcing_runs_the_stage_where_best_fit_is_near_the_volume_bound(monkeypa
     stage still runs. Control: forcing the target alone (what those tests did before) leaves it unrun, so
     they checked best fit's plans, not the stage's."""
     lengths = np.random.default_rng(5).integers(1, 300, size=300)
-    ran = []
-    real = _refine_kernel.patterns
-    monkeypatch.setattr(_refine_kernel, "patterns", lambda *a: ran.append(1) or real(*a))
+    ran = _spy_patterns(monkeypatch)
     best_fit = _bfd_only(lengths, 500)
     assert best_fit.num_packs <= -(-int(lengths.sum()) // 500) + 5
     with pytest.MonkeyPatch.context() as m:
@@ -184,8 +197,9 @@ def test_the_stage_only_runs_above_the_target(monkeypatch):
     """On inputs where best fit is within the target the stage never runs (its kernel is not called)."""
     rng = np.random.default_rng(0)
     a = np.clip(rng.lognormal(5, 1, 20_000), 1, 2048).astype(np.int64)
-    monkeypatch.setattr(_refine_kernel, "patterns", lambda *x: pytest.fail("the stage ran"))
+    ran = _spy_patterns(monkeypatch)
     p = plan(a, 2048)
+    assert not ran
     assert p.num_packs <= _lb(a, 2048) + 5
 
 
@@ -193,9 +207,7 @@ def test_the_stage_only_runs_above_the_target(monkeypatch):
 def test_near_continuous_lengths_skip_the_stage(monkeypatch):
     """Uniform lengths (nearly every value 1..capacity) skip the stage even above the target (it saved no pack
     there and cost up to 3x an argsort); control: the same count of samples on 600 distinct lengths runs it."""
-    calls = []
-    real = _refine_kernel.patterns
-    monkeypatch.setattr(_refine_kernel, "patterns", lambda *x: calls.append(1) or real(*x))
+    calls = _spy_patterns(monkeypatch)
     uniform = np.random.default_rng(3).integers(1, 2049, 64_000)
     p = plan(uniform, 2048)
     assert not calls and p.num_packs > _lb(uniform, 2048) + 5  # above the target, and the stage did not run
@@ -814,9 +826,7 @@ def test_about_one_sample_a_length_skips_the_stage(monkeypatch):
     fit's. Control: with the rule off the stage runs on the same input and saves no pack."""
     a = np.random.default_rng(11).integers(1, 131_073, size=150_000)
     assert len(a) < refine.SPARSE_MULTIPLICITY * len(np.unique(a))
-    ran = []
-    real = _refine_kernel.patterns
-    monkeypatch.setattr(_refine_kernel, "patterns", lambda *args: ran.append(1) or real(*args))
+    ran = _spy_patterns(monkeypatch)
     best_fit = _bfd_only(a, 131_072)
     assert best_fit.num_packs - _lb(a, 131_072) > 5
     p = plan(a, 131_072)
@@ -841,24 +851,16 @@ def test_forced_greedy_led_patterns_run_and_stay_valid(monkeypatch, seed, kw):
     a = _few_distinct(4_000, 4096, 60, seed)
     if kw.get("pairs"):  # every pair within the capacity
         a = np.minimum(a, 2040)
-    ran = []
-    real = _refine_kernel.patterns
-
-    def patterns(*args):
-        out = real(*args)
-        ran.append(len(out[0]) > 1 and out[7] > args[5])
-        return out
-
     monkeypatch.setattr(refine, "margin", FORCED)
     monkeypatch.setattr(refine, "WORK_MIN", 1)
     monkeypatch.setattr(refine, "WORK_PER_ITEM", 0)
     monkeypatch.setattr(refine, "LED_SHARE", 1e12)
     monkeypatch.setattr(_refine_kernel, "LED_ROOM", 512)
-    monkeypatch.setattr(_refine_kernel, "patterns", patterns)
+    runs = _spy_patterns(monkeypatch)
     kw = {"max_per_pack": None, **kw}
     p = plan(a, 4096, **kw)
     monkeypatch.undo()
-    assert any(ran)
+    assert any(len(r.pat_k) > 1 and r.work > budget for r, budget, _, _ in runs)
     _check_forced(p, a, 4096, kw)
 
 
@@ -875,3 +877,88 @@ def test_going_on_past_max_per_pack_never_loses_the_earlier_cut(monkeypatch, dis
     monkeypatch.setattr(_refine_kernel, "LIMITED_MAX_ITEMS", 0)
     stopped = plan(a, 2048, max_per_pack=k_max, align=align)
     assert p.num_packs <= stopped.num_packs
+
+
+@needs_numba
+@settings(max_examples=40, deadline=None)
+@given(
+    counts=st.lists(st.integers(1, 60), min_size=2, max_size=60),
+    capacity=st.integers(512, 8192),
+    seed=st.integers(0, 2**16),
+    steps=st.lists(st.integers(1, 400), min_size=1, max_size=5),
+    k_max=st.sampled_from([4, 1 << 20]),
+)
+def test_patterns_run_in_steps_are_those_of_one_run(counts, capacity, seed, steps, k_max):
+    """`Patterns.run` goes on where its last step stopped: steps to budgets b1 < b2 < ... < B, the last with a
+    greedy-led budget, give the patterns, counts left and work of one run to B (the control, where the steps
+    lose what they spent, is the test below)."""
+    rng = np.random.default_rng(seed)
+    values = np.sort(rng.choice(np.arange(1, capacity), size=len(counts), replace=False))[::-1].copy()
+    counts = np.array(counts, dtype=np.int64)
+    _check_steps(values, counts, capacity, k_max, np.cumsum(steps) * 3 * ((capacity >> 6) + 1))
+
+
+def _check_steps(values, counts, capacity, k_max, budgets, lose_work=False):
+    """Steps to `budgets` (the last with as much again greedy-led) against one run to the last; with
+    `lose_work`, a broken resume: each step starts as if nothing had been spent."""
+    led = int(budgets[-1])
+    one = _refine_kernel.Patterns(values, counts, capacity, k_max, 1 << 40)
+    one.run(int(budgets[-1]), led)
+    stepped = _refine_kernel.Patterns(values, counts, capacity, k_max, 1 << 40)
+    for b in budgets[:-1]:
+        if not stepped.run(int(b)):
+            break
+        assert stepped.work >= b  # a step stops once its budget is spent, not before
+        if lose_work:
+            stepped._state[4] = 0
+    stepped.run(int(budgets[-1]), led)
+    for name in ("pat_k", "pat_end", "ent_g", "ent_n", "left"):
+        assert np.array_equal(getattr(one, name), getattr(stepped, name)), name
+    assert (one.packs, one.waste, one.work, one.first_limited) == (
+        stepped.packs,
+        stepped.waste,
+        stepped.work,
+        stepped.first_limited,
+    )
+    assert one.packs == int(one.pat_k.sum())
+    assert one.work == _refine_kernel.patterns(values, counts, capacity, k_max, 1 << 40, budgets[-1], led)[7]
+
+
+@needs_numba
+def test_patterns_steps_that_lose_what_they_spent_differ():
+    """The control of the test above: 600 distinct lengths at 4k, budgets of 1/3, 2/3 and all of what one run
+    spends before its greedy-led patterns. Run in steps that forget the work spent, the patterns go on past
+    where one run stops."""
+    a = _few_distinct(20_000, 4096, 600)
+    values, counts = np.unique(a, return_counts=True)
+    values, counts = values[::-1].copy(), counts[::-1].copy()
+    budgets = np.array([1, 2, 3]) * 2_000_000
+    _check_steps(values, counts, 4096, 1 << 20, budgets)
+    with pytest.raises(AssertionError):
+        _check_steps(values, counts, 4096, 1 << 20, budgets, lose_work=True)
+
+
+@needs_numba
+def test_a_try_stops_at_the_first_step_within_its_goal(monkeypatch):
+    """150k samples of 600 distinct lengths at 128k: the try's patterns after half its budget (with best fit
+    on what they leave) are within the target (+5 over LB when measured), and it stops there. Control:
+    without the steps it spends the whole budget (its plan then +2)."""
+    a = _few_distinct(150_000, 131072, 600)
+    lb = _lb(a, 131072)
+    spent = []
+    real = refine._replan
+
+    def replan(*args, **kw):
+        result = real(*args, **kw)
+        spent.append((args[6], result[1]))  # (budget, DP cells spent)
+        return result
+
+    monkeypatch.setattr(refine, "_replan", replan)
+    p = plan(a, 131072)
+    _check(p, a, 131072)
+    assert p.num_packs - lb <= refine.margin(lb)
+    assert len(spent) == 1 and spent[0][1] < 0.55 * spent[0][0]
+    spent.clear()
+    monkeypatch.setattr(refine, "CHECK_SHARES", ())
+    control = plan(a, 131072)
+    assert control.num_packs <= p.num_packs and len(spent) == 1 and spent[0][1] >= spent[0][0]

@@ -351,15 +351,19 @@ def _exact_try(
     """Exact packs most constrained length first (packing/_exact_kernel.py), then `rest_fit` on what they
     leave, aiming at `goal` packs in all: the plan of the items of `a`, or None where no exact pack was found,
     where they hold under EXACT_MIN_COVER (_LARGE) of the volume, or where they and LB of what they leave
-    already pass `reach` packs (in these two the rest is not planned). The kernel does not run where the
-    samples of at least a third of the capacity are too few for the cover: every exact pack of at most three
-    holds one, so there are at most that many such packs."""
+    already pass `reach` packs (in these two the rest is not planned). The kernel does not run where a
+    bound on the exact packs is under the cover: every exact pack of at most three holds a sample of at least
+    a third of the capacity, so there are at most that many such packs, and at most as many with a longest
+    sample u as capacity - u has completions that share no sample (_exact_kernel.packs_bound)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
     volume = int(np.dot(present, counts))
     if int(counts[3 * present >= capacity].sum()) * capacity < cover * volume:
         return None  # (150k samples of 300 distinct at 128k: 0.33 at most, 0.12 found)
+    enough = -(-int(cover * volume) // capacity)  # exact packs the cover needs
+    if _exact_kernel.packs_bound(present, counts, capacity, enough) < enough:
+        return None  # (150k samples of 600 distinct at 128k: 0.15 at most, 0.12 found)
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
         present, counts, capacity, EXACT_SHARE, EXACT_PATTERNS_PER_LENGTH * (len(present) + 16)
     )
@@ -457,19 +461,32 @@ def _replan(
     items best fit and the nested stage) on what they leave: (the plan of the items of `a`, or None
     where no pattern was applied; the DP cells spent). With `count`, the patterns kept are the first c, c
     chosen for the fewest packs in all, or the first found with at most `goal` (_cut; `n_all`, the items
-    of the whole input, sets how many cut points). `led`: once `work` is spent, the patterns go on
-    greedy-led for LED_SHARE of it again (_refine_kernel.LED_ROOM)."""
+    of the whole input, sets how many cut points); the budget is spent in steps (CHECK_SHARES), and the
+    patterns stop after the first step whose patterns and best fit on what they leave are within `goal`.
+    `led`: once `work` is spent, the patterns go on greedy-led for LED_SHARE of it again
+    (_refine_kernel.LED_ROOM)."""
     from packcfg.packing import _refine_kernel
 
-    pat_k, pat_end, ent_g, ent_n, left, mbs_packs, _, spent, first_limited = _refine_kernel.patterns(
-        present, counts, capacity, k_max, waste_budget, work, int(LED_SHARE * work) if led else 0
-    )
+    run = _refine_kernel.Patterns(present, counts, capacity, k_max, waste_budget)
+    seen: dict[int, int] = {}  # packs with the first c patterns and best fit's on the rest, by c
+    for share in CHECK_SHARES if count is not None else ():
+        if not run.run(int(share * work)):
+            break
+        if run.packs:
+            n_pat, rest = len(run.pat_k), run.left > 0
+            seen[n_pat] = run.packs + (count(present[rest], run.left[rest]) if rest.any() else 0)
+            if seen[n_pat] <= goal:
+                break
+    else:
+        run.run(work, int(LED_SHARE * work) if led else 0)
+    pat_k, pat_end, ent_g, ent_n, left = run.pat_k, run.pat_end, run.ent_g, run.ent_n, run.left
+    mbs_packs, spent = run.packs, run.work
     if count is not None and len(pat_k):
         points = CUT_POINTS_LARGE if n_all >= CUT_LARGE_ITEMS else CUT_POINTS
         # where the patterns went on past max_per_pack by the item-limited DP, the cut where they stopped
         # before it is a candidate too
-        extra = (first_limited,) if first_limited > 0 else ()
-        c, left = _cut(pat_k, pat_end, ent_g, ent_n, counts, present, left, count, goal, points, extra)
+        extra = (run.first_limited,) if run.first_limited > 0 else ()
+        c, left = _cut(pat_k, pat_end, ent_g, ent_n, counts, present, left, count, goal, points, extra, seen)
         pat_k, pat_end = pat_k[:c], pat_end[:c]
         ent_g, ent_n = ent_g[: pat_end[-1] if c else 0], ent_n[: pat_end[-1] if c else 0]
         mbs_packs = int(pat_k.sum())
@@ -574,6 +591,14 @@ SKIP_BY_BOUND = True
 # try 3 where nothing left is big, 600 distinct at 128k +13 -> +8, +11 with that alone), at 0.5-1.7x an
 # argsort where the stage was 0.4-1.6x; below it the stage is already near 3x an argsort at 2k.
 STOP_AT_LB_ITEMS = 1 << 18
+# a try spends its DP budget in steps, and after each of these shares of it counts the packs of its patterns so
+# far and best fit's on what they leave (the cut search's count at its last pattern, 0.01-0.3 ms): where that
+# is within the goal the try stops there rather than spend the rest. At 128k, where a pattern's DP costs most,
+# the goal was met after 20-40% of the patterns (150k / 250k samples of 600 / 999 distinct: warm 13.1 -> 9.5,
+# 16.6 -> 13.9, 20.7 -> 14.8 ms, +2 / +5 / +1 -> +5 / +4 / +4, within the target of +5). Rows that spend
+# the whole budget pay the counts (999 distinct at 32k with 150k samples: 3 counts, about 0.4 ms). From
+# STOP_AT_LB_ITEMS the goal is LB, so the steps end a try early only where it reaches LB.
+CHECK_SHARES = (0.25, 0.5, 0.75)
 
 # The exact try (PACKCFG_PLANNER_EXACT=off switches it off) runs before the tries where best fit misses the
 # target: exact packs built most constrained length first, a pack repeated for EXACT_SHARE of the rarest of
@@ -624,6 +649,7 @@ def _cut(
     goal: int,
     points: int,
     extra: tuple[int, ...] = (),
+    seen: dict[int, int] | None = None,
 ) -> tuple[int, np.ndarray]:
     """How many of the patterns to keep, and what they leave of each group. Minimum bin slack fills its
     first packs exactly but uses up the small items doing so, and its last patterns then waste more than
@@ -637,7 +663,7 @@ def _cut(
     n_pat = len(pat_k)
     per_entry = np.repeat(pat_k, np.diff(np.concatenate([[0], pat_end]))) * ent_n
     packs_before = np.concatenate([[0], np.cumsum(pat_k)])
-    seen: dict[int, int] = {}
+    seen = {} if seen is None else seen
 
     def rest_at(c: int) -> np.ndarray:
         e = int(pat_end[c - 1]) if c else 0
