@@ -962,3 +962,19 @@ def test_a_try_stops_at_the_first_step_within_its_goal(monkeypatch):
     monkeypatch.setattr(refine, "CHECK_SHARES", ())
     control = plan(a, 131072)
     assert control.num_packs <= p.num_packs and len(spent) == 1 and spent[0][1] >= spent[0][0]
+
+
+@needs_numba
+def test_small_budgets_run_in_one_step(monkeypatch):
+    """64k samples of 999 distinct lengths at 32k: the try's budget (256 cells a sample) is under
+    CHECK_MIN_WORK, so its patterns run in one step, with no count between. Control: with the limit at 0 the
+    same try runs in steps."""
+    a = _few_distinct(64_000, 32768, 999)
+    runs = _spy_patterns(monkeypatch)
+    plan(a, 32768)
+    assert runs and all(budget < refine.CHECK_MIN_WORK for _, budget, _, _ in runs)
+    assert len({id(run) for run, _, _, _ in runs}) == len(runs)  # one run() per try
+    runs.clear()
+    monkeypatch.setattr(refine, "CHECK_MIN_WORK", 0)
+    plan(a, 32768)
+    assert len({id(run) for run, _, _, _ in runs}) < len(runs)

@@ -461,15 +461,16 @@ def _replan(
     items best fit and the nested stage) on what they leave: (the plan of the items of `a`, or None
     where no pattern was applied; the DP cells spent). With `count`, the patterns kept are the first c, c
     chosen for the fewest packs in all, or the first found with at most `goal` (_cut; `n_all`, the items
-    of the whole input, sets how many cut points); the budget is spent in steps (CHECK_SHARES), and the
-    patterns stop after the first step whose patterns and best fit on what they leave are within `goal`.
+    of the whole input, sets how many cut points); from CHECK_MIN_WORK cells the budget is spent in steps
+    (CHECK_SHARES), and the patterns stop after the first step whose patterns and best fit on what they leave
+    are within `goal`.
     `led`: once `work` is spent, the patterns go on greedy-led for LED_SHARE of it again
     (_refine_kernel.LED_ROOM)."""
     from packcfg.packing import _refine_kernel
 
     run = _refine_kernel.Patterns(present, counts, capacity, k_max, waste_budget)
     seen: dict[int, int] = {}  # packs with the first c patterns and best fit's on the rest, by c
-    for share in CHECK_SHARES if count is not None else ():
+    for share in CHECK_SHARES if count is not None and work >= CHECK_MIN_WORK else ():
         if not run.run(int(share * work)):
             break
         if run.packs:
@@ -592,13 +593,17 @@ SKIP_BY_BOUND = True
 # argsort where the stage was 0.4-1.6x; below it the stage is already near 3x an argsort at 2k.
 STOP_AT_LB_ITEMS = 1 << 18
 # a try spends its DP budget in steps, and after each of these shares of it counts the packs of its patterns so
-# far and best fit's on what they leave (the cut search's count at its last pattern, 0.01-0.3 ms): where that
-# is within the goal the try stops there rather than spend the rest. At 128k, where a pattern's DP costs most,
-# the goal was met after 20-40% of the patterns (150k / 250k samples of 600 / 999 distinct: warm 13.1 -> 9.5,
-# 16.6 -> 13.9, 20.7 -> 14.8 ms, +2 / +5 / +1 -> +5 / +4 / +4, within the target of +5). Rows that spend
-# the whole budget pay the counts (999 distinct at 32k with 150k samples: 3 counts, about 0.4 ms). From
-# STOP_AT_LB_ITEMS the goal is LB, so the steps end a try early only where it reaches LB.
+# far and best fit's on what they leave (the cut search's count at its last pattern): where that is within the
+# goal the try stops there rather than spend the rest. At 128k the goal was met after 20-50% of the patterns.
+# In one process, interleaved, median of 7 (2026-11-27): 150k samples of 600 distinct at 128k 12.9 -> 11.6 ms;
+# 250k samples of 600 / 999 distinct at 128k 17.0 / 20.3 -> 15.4 / 18.0, of 999 distinct at 32k 18.0 -> 16.0;
+# the plans within the target (+2 -> +5 on the first, +1 -> +4 on the third). Where no step meets the goal the
+# counts are spent for nothing: 150k samples of 999 distinct at 32k 12.1 -> 12.8 ms (two counts, 0.5 ms with
+# the faults of the counter's tables). From STOP_AT_LB_ITEMS the goal is LB, so the steps end a try early only
+# where it reaches LB. Budgets under CHECK_MIN_WORK cells (about 3 ms of DP) run in one step: with steps there,
+# 64k samples of 999 / 600 distinct at 32k and of 999 distinct at 8k took 8.2 / 4.9 / 6.1 -> 9.2 / 5.3 / 6.5 ms.
 CHECK_SHARES = (0.25, 0.5, 0.75)
+CHECK_MIN_WORK = 1 << 26
 
 # The exact try (PACKCFG_PLANNER_EXACT=off switches it off) runs before the tries where best fit misses the
 # target: exact packs built most constrained length first, a pack repeated for EXACT_SHARE of the rarest of
