@@ -474,9 +474,8 @@ def _replan(
         if not run.run(int(share * work)):
             break
         if run.packs:
-            n_pat, rest = len(run.pat_k), run.left > 0
-            seen[n_pat] = run.packs + (count(present[rest], run.left[rest]) if rest.any() else 0)
-            if seen[n_pat] <= goal:
+            seen[len(run.pat_k)] = _packs_in_all(run.packs, run.left, present, count)
+            if seen[len(run.pat_k)] <= goal:
                 break
     else:
         run.run(work, int(LED_SHARE * work) if led else 0)
@@ -642,6 +641,15 @@ CUT_LARGE_ITEMS = 1 << 18
 CUT_POINTS_LARGE = 8
 
 
+def _packs_in_all(
+    pattern_packs: int, left: np.ndarray, present: np.ndarray, count: Callable[[np.ndarray, np.ndarray], int]
+) -> int:
+    """The packs of a try's first patterns (`pattern_packs`) and best fit's (`count`) on what they leave
+    (`left`: samples of each length of `present`)."""
+    some = left > 0
+    return pattern_packs + (count(present[some], left[some]) if some.any() else 0)
+
+
 def _cut(
     pat_k: np.ndarray,
     pat_end: np.ndarray,
@@ -677,9 +685,7 @@ def _cut(
 
     def total(c: int) -> int:
         if c not in seen:
-            rest = rest_at(c)
-            keep = rest > 0
-            seen[c] = int(packs_before[c]) + (count(present[keep], rest[keep]) if keep.any() else 0)
+            seen[c] = _packs_in_all(int(packs_before[c]), rest_at(c), present, count)
         return seen[c]
 
     best = n_pat
