@@ -96,10 +96,12 @@ def _exact_try_on(a, capacity, reach):
 
 
 @needs_numba
-def test_where_the_exact_packs_cannot_reach_the_target_the_rest_is_not_planned():
-    """64k samples of 999 distinct lengths at 2k: the exact packs use up the short samples, and they and L2 of
-    what they leave are LB + 9 (measured), past the target (LB + 5). The try gives up there without planning
-    the rest. Control: with room to LB + 50 it plans the rest, and that plan has at least LB + 6 packs."""
+def test_where_the_exact_packs_cannot_reach_the_target_the_rest_is_not_planned(monkeypatch):
+    """64k samples of 999 distinct lengths at 2k without the exact pairs first: the exact packs use up the
+    short samples, and they and L2 of what they leave are LB + 9 (measured), past the target (LB + 5). The try
+    gives up there without planning the rest. Control: with room to LB + 50 it plans the rest, and that plan
+    has at least LB + 6 packs."""
+    monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", False)
     a = _few_distinct(64_000, 2048, 999)
     p, rests, lb = _exact_try_on(a, 2048, lambda lb: lb + 5)
     assert p is None and not rests
@@ -222,3 +224,84 @@ def test_the_kernel_compares_the_same_in_integers_and_floats(monkeypatch, capaci
     assert exact[5] == floats[5] > 0
     for x, y in zip(exact[:5], floats[:5], strict=True):
         assert np.array_equal(x, y)
+
+
+def _fewest_packs(samples: list[int], capacity: int) -> int:
+    """The fewest packs of `capacity` that hold `samples` (brute force over subsets: up to ~10 samples)."""
+    n = len(samples)
+    size = [sum(samples[i] for i in range(n) if m >> i & 1) for m in range(1 << n)]
+    best = [0] + [n + 1] * ((1 << n) - 1)
+    for m in range(1, 1 << n):
+        low = m & -m  # the pack of the first sample left: any subset of m holding it that fits
+        sub = m
+        while sub:
+            if sub & low and size[sub] <= capacity:
+                best[m] = min(best[m], 1 + best[m ^ sub])
+            sub = (sub - 1) & m
+    return best[-1]
+
+
+def _pairs_taken(samples: list[int], capacity: int, partner) -> tuple[int, list[int]]:
+    """Pairs (x, partner(x)) for x >= capacity / 2, as many as the counts allow, and the samples they leave."""
+    left = sorted(samples, reverse=True)
+    pairs = 0
+    for x in sorted(set(samples), reverse=True):
+        y = partner(x)
+        while 2 * x >= capacity and x in left and (not y or y in left and (x != y or left.count(x) >= 2)):
+            left.remove(x)
+            if y:
+                left.remove(y)
+            pairs += 1
+    return pairs, left
+
+
+@needs_numba
+@settings(max_examples=150, deadline=None)
+@given(samples=st.lists(st.integers(1, 30), min_size=1, max_size=9), capacity=st.integers(6, 30))
+def test_every_exact_pair_first_keeps_a_best_plan(samples, capacity):
+    """The kernel's first patterns are every exact pair (x + capacity - x, x >= capacity / 2; a sample of the
+    capacity alone), as many as the counts allow, and no plan of what they leave has fewer packs than the best
+    plan of all less those pairs (brute force). Control: pairs summing to capacity - 1 taken first lose the
+    best plan of 6, 4, 3, 7 at 10 (3 packs, not 2)."""
+    samples = [min(x, capacity) for x in samples]
+    present, counts = np.unique(samples, return_counts=True)
+    pat_k, pat_end, ent_g, ent_n, _, _ = _exact_kernel.exact_patterns(
+        present[::-1].copy(), counts[::-1].copy(), capacity, 1.0, 1024
+    )
+    pairs, left = _pairs_taken(samples, capacity, lambda x: capacity - x)
+    expected = []  # (the pack's samples, how many such packs), longest x first
+    for x, c in zip(present[::-1].tolist(), counts[::-1].tolist(), strict=True):
+        y = capacity - x
+        times = c if y == 0 else c // 2 if y == x else min(c, samples.count(y)) if y < x else 0
+        if times:
+            expected.append((sorted([x, y] if y else [x]), times))
+    starts = np.concatenate([[0], pat_end[:-1]]).astype(np.int64)
+    found = [
+        (sorted(np.repeat(present[::-1][ent_g[s:e]], ent_n[s:e]).tolist()), int(k))
+        for s, e, k in zip(starts[: len(expected)], pat_end[: len(expected)], pat_k, strict=False)
+    ]
+    assert found == expected and sum(k for _, k in expected) == pairs
+    assert pairs + _fewest_packs(left, capacity) == _fewest_packs(samples, capacity)
+    near, near_left = _pairs_taken([6, 4, 3, 7], 10, lambda x: 9 - x)
+    assert near + _fewest_packs(near_left, 10) == 3 > _fewest_packs([6, 4, 3, 7], 10) == 2
+
+
+@needs_numba
+def test_exact_pairs_first_leave_a_rest_within_lb(monkeypatch):
+    """64k samples of 999 distinct lengths at 2k: with every exact pair first, the exact packs and L2 of what
+    they leave are LB + 0 (measured), so a plan within the target can be built on them. Control: the most
+    constrained order alone uses up the short samples, LB + 9."""
+    a = _few_distinct(64_000, 2048, 999)
+    present, counts = np.unique(a, return_counts=True)
+    present, counts = present[::-1].copy(), counts[::-1].copy()
+    lb = _lb(a, 2048)
+
+    def bound(pairs_first):
+        *_, left, packs = _exact_kernel.exact_patterns(
+            present, counts, 2048, refine.EXACT_SHARE, 64 * (len(present) + 16), pairs_first
+        )
+        rest = left > 0
+        return packs + refine.l2_bound(present[rest][::-1], left[rest][::-1], 2048) - lb
+
+    assert bound(True) == 0
+    assert bound(False) == 9

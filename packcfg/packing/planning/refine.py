@@ -365,7 +365,12 @@ def _exact_try(
     if _exact_kernel.packs_bound(present, counts, capacity, enough) < enough:
         return None  # (150k samples of 600 distinct at 128k: 0.15 at most, 0.12 found)
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
-        present, counts, capacity, EXACT_SHARE, EXACT_PATTERNS_PER_LENGTH * (len(present) + 16)
+        present,
+        counts,
+        capacity,
+        EXACT_SHARE,
+        EXACT_PATTERNS_PER_LENGTH * (len(present) + 16),
+        EXACT_PAIRS_FIRST,
     )
     if packs == 0:
         return None
@@ -623,6 +628,10 @@ CHECK_MIN_WORK = 1 << 26
 # only under EXACT_MIN_COVER_LARGE (1M samples of 300 distinct at 128k, 0.013 covered: 82 -> 55 ms, +0 either
 # way; 0.2 would take 600 distinct at 128k, 0.12 covered, from 64 to 143 ms).
 EXACT_SHARE = 1.0
+# every exact pair (x + capacity - x) before the most constrained order: some best plan holds them all
+# (_exact_kernel's docstring). 999 distinct at 2k: 30k / 64k / 150k samples +5 / +9 / +19 -> +3 / +6 / +16 over
+# LB (the exact packs and L2 of their rest LB + 9 -> LB + 0 at 64k); no row measured worse (2k-32k, 30k-150k)
+EXACT_PAIRS_FIRST = True
 EXACT_MIN_COVER = 0.35
 EXACT_MIN_COVER_LARGE = 0.1
 # its setup counts the pair sums over every two distinct lengths and each step goes over them: past this many
