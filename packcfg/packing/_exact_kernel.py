@@ -9,6 +9,11 @@ y was, in no more room. Without `max_per_pack` that is a proof; with it the swap
 pairs are a heuristic. On 999 distinct lengths at 2k they are what the most constrained order misses: with them
 the exact packs and L2 of what they leave come to LB + 0 at 64k samples (LB + 9 without).
 
+`near_patterns` (`_near`) goes on where the exact packs' rest plans badly: near-exact packs of up to four
+samples, filled to within a slack of the capacity, again most constrained length first (completions by one, two
+or three samples, counted by the histogram convolved with itself once and twice); planning.refine runs it on the
+rest only where the plan of the exact packs and their rest misses the target.
+
 For every length left, count its exact completions by one or two other samples: a sample of capacity - v, or
 a pair summing to it (the pair-sum counts, the histogram convolved with itself, kept up to date as counts
 change: conv(c + d) = conv(c) + 2 conv(c, d) + conv(d, d)). Take the length with the fewest per sample of it
@@ -29,6 +34,29 @@ from packcfg.packing._refine_kernel import compiled
 # quarter faster than dividing (1M samples of 999 distinct at 2k: 3.4 -> 2.5 ms, the same packs on 120 inputs):
 # a length has at most N**2 pair completions and N samples, so no product passes N**3 < 2**63. From it, floats.
 EXACT_COMPARE_MAX_ITEMS = 1 << 21
+# the near-exact packs (_near) count completions by three samples in int64 (up to N**3, and 3 N**3 while they
+# are updated): they run on what the exact packs leave only under this many samples
+NEAR_MAX_ITEMS = 1 << 20
+
+
+@compiled
+def _pack_of(lengths, per_pack, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
+    """A pack of the samples of lengths s0..s3 (-1: no sample) as its distinct lengths, lengths[:m], and the
+    samples of each, per_pack[:m]; returns m."""
+    m = 0
+    for length in (s0, s1, s2, s3):
+        if length < 0:
+            continue
+        for i in range(m + 1):
+            if i == m:
+                lengths[m] = length
+                per_pack[m] = 1
+                m += 1
+                break
+            if lengths[i] == length:
+                per_pack[i] += 1
+                break
+    return m
 
 
 @compiled
@@ -92,9 +120,9 @@ def _exact(present, counts, capacity, share, exact_compare, pairs_first, pat_k, 
         pair_sums[2 * x] += c * c
         for j in range(i + 1, m_nz):
             pair_sums[x + nz[j]] += 2 * c * cnt[nz[j]]
-    lengths = np.zeros(3, np.int64)
-    per_pack = np.zeros(3, np.int64)
-    delta = np.zeros(3, np.int64)
+    lengths = np.zeros(4, np.int64)
+    per_pack = np.zeros(4, np.int64)
+    delta = np.zeros(4, np.int64)
     while True:
         v = -1
         best_num = 0  # the fewest completions per sample so far: best_num / best_den (= best)
@@ -153,19 +181,7 @@ def _exact(present, counts, capacity, share, exact_compare, pairs_first, pat_k, 
         if f0 == -1:
             aside[v] = True
             continue
-        m = 0
-        for length in (v, f0, f1):
-            if length < 0:
-                continue
-            for i in range(m + 1):
-                if i == m:
-                    lengths[m] = length
-                    per_pack[m] = 1
-                    m += 1
-                    break
-                if lengths[i] == length:
-                    per_pack[i] += 1
-                    break
+        m = _pack_of(lengths, per_pack, v, f0, f1, -1)
         rarest = cnt[lengths[0]]
         for i in range(1, m):
             rarest = min(rarest, cnt[lengths[i]])
@@ -191,6 +207,196 @@ def _exact(present, counts, capacity, share, exact_compare, pairs_first, pat_k, 
         pat_end[n_pat] = n_ent
         n_pat += 1
         packs += times
+
+
+@compiled
+def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat, n_ent):  # type: ignore[no-untyped-def]
+    """Near-exact packs of up to four samples on what the exact packs leave (present: distinct lengths, counts:
+    samples left of each): a pack's fill is within `slack` of the capacity. As `_exact`, the length with the
+    fewest completions per sample first, but a completion is one, two or three samples (P1 + P2 + P3, the
+    histogram convolved with itself once and twice, ordered, kept up to date as counts change) summing to
+    capacity - u - s for any s in 0..slack; it is completed at the least slack it can be, by the completion
+    whose rarest length has the most samples left, and that pack applied as often as the counts allow. A length
+    with no completion is set aside. Appends to the patterns from (n_pat, n_ent); returns (n_pat, n_ent,
+    packs). The counts of completions are int64: near_patterns keeps the samples under NEAR_MAX_ITEMS."""
+    n = capacity + 1
+    cnt = np.zeros(n, np.int64)
+    group = np.full(n, -1, np.int64)
+    for g in range(present.shape[0]):
+        if counts[g] > 0:
+            cnt[present[g]] = counts[g]
+            group[present[g]] = g
+    nz = np.empty(present.shape[0], np.int64)  # lengths with samples left, ascending
+    m_nz = 0
+    for length in range(n):
+        if cnt[length] > 0:
+            nz[m_nz] = length
+            m_nz += 1
+    p2 = np.zeros(n, np.int64)  # ordered pairs by sum (up to the capacity)
+    for i in range(m_nz):
+        for j in range(m_nz):
+            t = nz[i] + nz[j]
+            if t > capacity:
+                break
+            p2[t] += cnt[nz[i]] * cnt[nz[j]]
+    p3 = np.zeros(n, np.int64)  # ordered triples by sum
+    for i in range(m_nz):
+        x = nz[i]
+        c = cnt[x]
+        for t in range(x, n):
+            p3[t] += c * p2[t - x]
+    aside = np.zeros(n, np.bool_)
+    lengths = np.zeros(4, np.int64)
+    per_pack = np.zeros(4, np.int64)
+    delta = np.zeros(4, np.int64)
+    old = np.zeros(n, np.int64)
+    packs = 0
+    while n_pat < pat_k.shape[0]:
+        v = -1
+        best = 0.0
+        k = 0
+        for i in range(m_nz):  # the first minimum of completions per sample, ascending
+            u = nz[i]
+            if cnt[u] == 0:
+                continue
+            nz[k] = u
+            k += 1
+            if aside[u]:
+                continue
+            num = 0
+            for s in range(slack + 1):
+                r = capacity - u - s
+                if r < 0:
+                    break
+                num += cnt[r] + p2[r] + p3[r] + (1 if r == 0 else 0)
+            if num == 0:
+                aside[u] = True  # counts only fall: it never has one again
+                continue
+            if v < 0 or num / cnt[u] < best:  # (floats: num * cnt could pass 2**63 at 1M samples)
+                best = num / cnt[u]
+                v = u
+        m_nz = k
+        if v < 0:
+            break
+        room = capacity - v
+        cnt[v] -= 1
+        # the completion: least slack, then the most samples of its rarest length; f = (x, y, z), -1 unused
+        best_s = slack + 1
+        best_most = -1
+        f0 = -1
+        f1 = -1
+        f2 = -1
+        if room <= slack:
+            best_s = room
+            best_most = 1 << 62
+        for i in range(m_nz):
+            x = nz[i]
+            if x > room or cnt[x] == 0:
+                if x > room:
+                    break
+                continue
+            s = room - x  # x alone
+            if s <= slack and (s < best_s or s == best_s and cnt[x] > best_most):
+                best_s = s
+                best_most = cnt[x]
+                f0, f1, f2 = x, -1, -1
+            for j in range(i, m_nz):
+                y = nz[j]
+                if x + y > room:
+                    break
+                cy = cnt[y] - (1 if y == x else 0)
+                if cy <= 0:
+                    continue
+                most_xy = min(cnt[x] // 2, cnt[y] // 2) if y == x else min(cnt[x], cnt[y])
+                s = room - x - y
+                if s <= slack and (s < best_s or s == best_s and most_xy > best_most):
+                    best_s = s
+                    best_most = most_xy
+                    f0, f1, f2 = x, y, -1
+                t = room - x - y  # the longest z <= t with z >= y (then the least slack for x, y)
+                if t < y:
+                    continue
+                lo = j
+                hi = m_nz
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if nz[mid] > t:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                q = lo - 1
+                while q >= j:  # the longest z with a sample left for this triple
+                    z = nz[q]
+                    need_z = 1 + (1 if z == x else 0) + (1 if z == y else 0)
+                    if cnt[z] >= need_z:
+                        break
+                    q -= 1
+                if q < j:
+                    continue
+                z = nz[q]
+                s = t - z
+                if s > slack or s > best_s:
+                    continue
+                if z == x:  # x == y == z
+                    most = cnt[x] // 3
+                elif z == y:
+                    most = min(cnt[x] // (2 if x == y else 1), cnt[y] // 2)
+                else:
+                    most = min(cnt[z], cnt[y] // (2 if y == x else 1), cnt[x] // (2 if y == x else 1))
+                if s < best_s or most > best_most:
+                    best_s = s
+                    best_most = most
+                    f0, f1, f2 = x, y, z
+        cnt[v] += 1
+        if best_s > slack:
+            aside[v] = True
+            continue
+        m = _pack_of(lengths, per_pack, v, f0, f1, f2)
+        times = cnt[lengths[0]] // per_pack[0]
+        for i in range(1, m):
+            times = min(times, cnt[lengths[i]] // per_pack[i])
+        for i in range(m):
+            delta[i] = -times * per_pack[i]
+        # P3 += 3 (d * P2) + 3 (d * d * c) + d * d * d; P2 += 2 (d * c) + d * d (old counts and P2)
+        for t in range(n):
+            old[t] = p2[t]
+        for i in range(m):
+            li = lengths[i]
+            for t in range(li, n):
+                p3[t] += 3 * delta[i] * old[t - li]
+            for a in range(m):
+                la = li + lengths[a]
+                if la > capacity:
+                    continue
+                dd = delta[i] * delta[a]
+                for jj in range(m_nz):
+                    t = la + nz[jj]
+                    if t > capacity:
+                        break
+                    p3[t] += 3 * dd * cnt[nz[jj]]
+                for b in range(m):
+                    t = la + lengths[b]
+                    if t <= capacity:
+                        p3[t] += dd * delta[b]
+            for jj in range(m_nz):
+                t = li + nz[jj]
+                if t > capacity:
+                    break
+                p2[t] += 2 * delta[i] * cnt[nz[jj]]
+            for a in range(m):
+                t = li + lengths[a]
+                if t <= capacity:
+                    p2[t] += delta[i] * delta[a]
+        for i in range(m):
+            cnt[lengths[i]] += delta[i]
+            ent_g[n_ent] = group[lengths[i]]
+            ent_n[n_ent] = per_pack[i]
+            n_ent += 1
+        pat_k[n_pat] = times
+        pat_end[n_pat] = n_ent
+        n_pat += 1
+        packs += times
+    return n_pat, n_ent, packs
 
 
 @compiled
@@ -279,7 +485,32 @@ def exact_patterns(
     )
     ent_g, ent_n = ent_g[:n_ent], ent_n[:n_ent]
     pat_k, pat_end = pat_k[:n_pat], pat_end[:n_pat]
-    used = np.bincount(
-        ent_g, weights=np.repeat(pat_k, np.diff(pat_end, prepend=0)) * ent_n, minlength=len(counts)
+    return pat_k, pat_end, ent_g, ent_n, counts - _used(pat_k, pat_end, ent_g, ent_n, len(counts)), int(packs)
+
+
+def near_patterns(
+    present: np.ndarray, counts: np.ndarray, capacity: int, slack: int, max_patterns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Near-exact packs of up to four samples, each filled to within `slack` of the capacity (`_near`), on the
+    histogram (present: distinct lengths; counts: samples of each, zeros allowed), at most `max_patterns`
+    patterns, in `exact_patterns`'s form. Under NEAR_MAX_ITEMS samples only (ValueError above)."""
+    present = np.ascontiguousarray(present, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    if int(counts.sum()) >= NEAR_MAX_ITEMS:
+        raise ValueError(f"near_patterns: {int(counts.sum())} samples, at most {NEAR_MAX_ITEMS - 1}")
+    pat_k = np.empty(max_patterns, dtype=np.int64)
+    pat_end = np.empty(max_patterns, dtype=np.int64)
+    ent_g = np.empty(4 * max_patterns, dtype=np.int64)
+    ent_n = np.empty(4 * max_patterns, dtype=np.int64)
+    n_pat, n_ent, packs = _near(
+        present, counts, int(capacity), int(slack), pat_k, pat_end, ent_g, ent_n, 0, 0
     )
-    return pat_k, pat_end, ent_g, ent_n, counts - used.astype(np.int64), int(packs)
+    ent_g, ent_n = ent_g[:n_ent], ent_n[:n_ent]
+    pat_k, pat_end = pat_k[:n_pat], pat_end[:n_pat]
+    return pat_k, pat_end, ent_g, ent_n, counts - _used(pat_k, pat_end, ent_g, ent_n, len(counts)), int(packs)
+
+
+def _used(pat_k: np.ndarray, pat_end: np.ndarray, ent_g: np.ndarray, ent_n: np.ndarray, n: int) -> np.ndarray:
+    """The samples of each of the n lengths the patterns take."""
+    used = np.bincount(ent_g, weights=np.repeat(pat_k, np.diff(pat_end, prepend=0)) * ent_n, minlength=n)
+    return used.astype(np.int64)

@@ -270,7 +270,9 @@ def refine(
         and len(present) <= EXACT_MAX_DISTINCT
         and not switched_off("PACKCFG_PLANNER_EXACT")
     ):  # the exact try first: a plan of it within the target ends the stage (the tries cost as much again)
-        exact = _exact_try(a, capacity, present, counts, lambda r, g, h: rest_fit(r, g, h, True), stop, goal)
+        exact = _exact_try(
+            a, capacity, present, counts, lambda r, g, h: rest_fit(r, g, h, True), stop, goal, k_max >= 4
+        )
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
             if best_packs <= goal:
@@ -347,6 +349,7 @@ def _exact_try(
     rest_fit: Callable[[np.ndarray, int, tuple[np.ndarray, np.ndarray]], Packing],
     goal: int,
     reach: int,
+    near: bool = True,
 ) -> Packing | None:
     """Exact packs most constrained length first (packing/_exact_kernel.py), then `rest_fit` on what they
     leave, aiming at `goal` packs in all: the plan of the items of `a`, or None where no exact pack was found,
@@ -354,7 +357,11 @@ def _exact_try(
     already pass `reach` packs (in these two the rest is not planned). The kernel does not run where a
     bound on the exact packs is under the cover: every exact pack of at most three holds a sample of at least
     a third of the capacity, so there are at most that many such packs, and at most as many with a longest
-    sample u as capacity - u has completions that share no sample (_exact_kernel.packs_bound)."""
+    sample u as capacity - u has completions that share no sample (_exact_kernel.packs_bound).
+
+    Where that plan has more than `reach` packs and `near` (packs of four samples allowed), the rest is
+    planned again, near-exact packs of up to four samples first (_exact_kernel.near_patterns, within
+    capacity >> NEAR_SLACK_SHIFT of full), and the plan with fewer packs is returned."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -379,9 +386,37 @@ def _exact_try(
     rest = left > 0
     if rest.any() and packs + l2_bound(present[rest][::-1], left[rest][::-1], capacity) > reach:
         return None  # no plan of what the exact packs leave brings the plan within `reach`
-    return _plan_of_patterns(
+    plan = _plan_of_patterns(
         a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, rest_fit, goal - packs
     )
+    if not near or len(plan.offsets) - 1 <= reach or int(rest.sum()) * capacity > NEAR_MAX_WORK:
+        return plan
+    if int(left.sum()) >= _exact_kernel.NEAR_MAX_ITEMS or switched_off("PACKCFG_PLANNER_NEAR"):
+        return plan
+    # the rest's plan missed: near-exact packs of up to four samples on it first, then `rest_fit`
+    near_k, near_end, near_g, near_n, near_left, near_packs = _exact_kernel.near_patterns(
+        present,
+        left,
+        capacity,
+        capacity >> NEAR_SLACK_SHIFT,
+        EXACT_PATTERNS_PER_LENGTH * (int(rest.sum()) + 16),
+    )
+    if near_packs == 0:
+        return plan
+    with_near = _plan_of_patterns(
+        a,
+        present,
+        counts,
+        np.concatenate([pat_k, near_k]),
+        np.concatenate([pat_end, near_end + (pat_end[-1] if len(pat_end) else 0)]),
+        np.concatenate([ent_g, near_g]),
+        np.concatenate([ent_n, near_n]),
+        near_left,
+        packs + near_packs,
+        rest_fit,
+        goal - packs - near_packs,
+    )
+    return with_near if len(with_near.offsets) < len(plan.offsets) else plan
 
 
 def _cannot_improve(
@@ -559,8 +594,9 @@ def _plan_of_patterns(
 
 # the post-pass runs only on plans at most this many packs over the target: it saved at most 8 packs on any
 # row measured (docs/packing.md), so further over it cannot reach the target, and there it cost 45 ms for one
-# pack (1M samples, 999 distinct at 2k: 179 -> 134 ms for +124 -> +125 over LB, target +34)
-ELIMINATE_MAX_OVER = 16
+# pack (1M samples, 999 distinct at 2k: 179 -> 134 ms for +124 -> +125 over LB, target +34). Was 16: with the
+# exact pairs first that row came to +50, 16 over, where the post-pass spent 22 ms (105 -> 127 ms) saving none
+ELIMINATE_MAX_OVER = 8
 # from NEST_MIN_ITEMS items, what the kept patterns leave is planned by the stage again (nested, try 1 only,
 # or try 3 where nothing left is over capacity / 2) rather than by best fit alone, and from TWO_SHIFTS_ITEMS
 # try 1 runs with TIGHT_SHIFTS_LARGE: 1M samples, 999 distinct at 4k +127 -> +51 (+115 with both limits and
@@ -632,6 +668,17 @@ EXACT_SHARE = 1.0
 # (_exact_kernel's docstring). 999 distinct at 2k: 30k / 64k / 150k samples +5 / +9 / +19 -> +3 / +6 / +16 over
 # LB (the exact packs and L2 of their rest LB + 9 -> LB + 0 at 64k); no row measured worse (2k-32k, 30k-150k)
 EXACT_PAIRS_FIRST = True
+# Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
+# four samples first, each within capacity >> NEAR_SLACK_SHIFT tokens of full (8 at 2k), most constrained
+# length first (_exact_kernel._near; docs/packing.md, "Near-exact packs of four"): what the rest of 999
+# distinct at 2k needs (the cutting-stock LP packs it at L2 + 1, in packs of 4-5 samples with 0-4 tokens of
+# slack). 64k / 150k / 1M samples +6 / +16 / +50 -> +2 / +2 / +22, 11.5 / 13.9 / 104 -> 5.7 / 7.6 / 23 ms
+# (the tries no longer run there). Exact fills only (a shift past the capacity's bits) land +6 / +11 / +50
+# there, 4 tokens +6 / +1 / +32, 16 tokens +2 / +1 / +22 (41 ms at 1M). Its counts of completions by three
+# samples cost O(capacity) a pattern: it runs only where the rest's distinct lengths times the capacity are
+# at most NEAR_MAX_WORK (999 distinct at 2k: 120 x 2048)
+NEAR_SLACK_SHIFT = 8
+NEAR_MAX_WORK = 1 << 20
 EXACT_MIN_COVER = 0.35
 EXACT_MIN_COVER_LARGE = 0.1
 # its setup counts the pair sums over every two distinct lengths and each step goes over them: past this many
