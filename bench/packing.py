@@ -25,12 +25,15 @@ pure-Python path, and cold in a fresh process (median of 3) with the kernel's lo
 max(ceil(sum / cap), L2) + max(5, 0.01%), before (best fit alone, PACKCFG_PLANNER_REFINE=off) and after bfd's
 refinement stage, with both times; with --lp-bound SECONDS, where bfd misses that target, also the cutting-stock
 LP bound (bench/lp_bound.py: Gilmore-Gomory column generation, needs SciPy; bench only, never the planner).
+--ratio-seeds and --ratio-distinct draw the few-distinct inputs with other seeds and numbers of lengths (the
+tables use seed 7 and 63 / 300 / 600 / 999), to see how far one draw speaks for its kind.
 
 Then (--per-pack-only) bfd with max_per_pack, its slot-balanced plan on and off, and with --lp-bound the LP
 with the item limit.
 
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
-       [--long-only] [--few-only] [--ratio-only [--ratio-n 30000,64000,150000,1000000] [--no-cold] [--lp-bound SECONDS]]
+       [--long-only] [--few-only] [--ratio-only [--ratio-n 30000,64000,150000,1000000] [--no-cold] [--lp-bound SECONDS]
+       [--ratio-seeds 7] [--ratio-distinct 63,300,600,999]]
        [--per-pack-only [--per-pack-n N] [--lp-bound SECONDS]]
        [--long-n N]
        [--with-python] [--repeat K]
@@ -741,15 +744,21 @@ def _median(fn, k: int, budget: float = 2.0) -> float:  # type: ignore[no-untype
     return float(np.median(times))
 
 
-def ratio_workloads(sizes: tuple[int, ...]) -> list[tuple[str, int, np.ndarray]]:
-    """(name, capacity, lengths): every distribution this bench knows at every capacity 2k-128k."""
+def ratio_workloads(
+    sizes: tuple[int, ...], seeds: tuple[int, ...] = (7,), distinct: tuple[int, ...] = FEW_DISTINCT
+) -> list[tuple[str, int, np.ndarray]]:
+    """(name, capacity, lengths): every distribution this bench knows at every capacity 2k-128k; the
+    few-distinct ones with each of `distinct` lengths, drawn with each of `seeds` (7, the default, is the one
+    docs/packing.md's tables use; others are named "999 distinct s1")."""
     out = []
     for cap in RATIO_CAPACITIES:
         for n in sizes:
             for dist in ("lognormal", "uniform", "realish"):
                 out.append((dist, cap, long_lengths(dist, n, cap)))
-            for d in FEW_DISTINCT:
-                out.append((f"{d} distinct", cap, few_distinct_lengths(n, cap, d)))
+            for d in distinct:
+                for seed in seeds:
+                    name = f"{d} distinct" + ("" if seed == 7 else f" s{seed}")
+                    out.append((name, cap, few_distinct_lengths(n, cap, d, seed)))
         for name, lengths in real_corpora().items():
             out.append((name, cap, np.minimum(lengths, cap)))
     return out
@@ -785,14 +794,20 @@ def machine() -> str:
 
 
 def ratio_table(
-    sizes: tuple[int, ...], cold: bool = True, only: tuple[str, ...] = (), lp: float = 0.0
+    sizes: tuple[int, ...],
+    cold: bool = True,
+    only: tuple[str, ...] = (),
+    lp: float = 0.0,
+    seeds: tuple[int, ...] = (7,),
+    distinct: tuple[int, ...] = FEW_DISTINCT,
 ) -> None:
     """bfd against one NumPy argsort of the same lengths on every distribution and capacity: warm (kernel
     loaded), on the pure-Python path (what runs without numba, and cold below 1,000 distinct lengths), and
     cold in a fresh process (the first plan(), median of COLD_RUNS processes; numba's import and cache load,
     where the kernel ran, shown apart); packs against the target LB + max(5, 0.01%). `only`: the
     distributions whose name starts with one of these (all when empty). `lp` > 0: where bfd misses the target against L2, also the cutting-stock LP bound
-    (bench/lp_bound.py, at most `lp` seconds a row), and packs over it."""
+    (bench/lp_bound.py, at most `lp` seconds a row), and packs over it. `seeds`, `distinct`: the few-distinct
+    inputs (ratio_workloads)."""
     from packcfg.packing import _bfd_kernel
     from packcfg.packing.planning import best_fit
 
@@ -824,7 +839,8 @@ def ratio_table(
     root = str(Path(__file__).resolve().parents[1])
     worst: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="packcfg-ratio-") as tmp:
-        for name, cap, a in [w for w in ratio_workloads(sizes) if not only or w[0].startswith(only)]:
+        workloads = ratio_workloads(sizes, seeds, distinct)
+        for name, cap, a in [w for w in workloads if not only or w[0].startswith(only)]:
             t_sort = _median(lambda a=a: np.argsort(a), 5)
             t_stable = _median(lambda a=a: np.argsort(a, kind="stable"), 5)
             p = plan(a, cap, "bfd")  # warm: every kernel this input's plan takes is compiled or loaded
@@ -1073,6 +1089,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-cold", action="store_true", help="--ratio-only without the fresh-process runs")
     ap.add_argument(
+        "--ratio-seeds",
+        default="7",
+        help="--ratio-only: seeds of the few-distinct inputs (comma-separated; 7 is the tables' own)",
+    )
+    ap.add_argument(
+        "--ratio-distinct",
+        default=",".join(map(str, FEW_DISTINCT)),
+        help="--ratio-only: distinct lengths of the few-distinct inputs (comma-separated)",
+    )
+    ap.add_argument(
         "--ratio-dists",
         default="",
         help="--ratio-only: only these distributions (name prefixes, comma-separated)",
@@ -1121,7 +1147,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         only = tuple(d.strip() for d in args.ratio_dists.split(",") if d.strip())
         ratio_table(
-            tuple(int(x) for x in args.ratio_n.split(",")), cold=not args.no_cold, only=only, lp=args.lp_bound
+            tuple(int(x) for x in args.ratio_n.split(",")),
+            cold=not args.no_cold,
+            only=only,
+            lp=args.lp_bound,
+            seeds=tuple(int(x) for x in args.ratio_seeds.split(",")),
+            distinct=tuple(int(x) for x in args.ratio_distinct.split(",")),
         )
         return 0
     if not args.e2e_only:

@@ -102,7 +102,7 @@ def test_where_the_exact_packs_cannot_reach_the_target_the_rest_is_not_planned(m
     short samples, and they and L2 of what they leave are LB + 9 (measured), past the target (LB + 5). The try
     gives up there without planning the rest. Control: with room to LB + 50 it plans the rest, and that plan
     has at least LB + 6 packs."""
-    monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", False)
+    monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", (False,))
     a = _few_distinct(64_000, 2048, 999)
     p, rests, lb = _exact_try_on(a, 2048, lambda lb: lb + 5)
     assert p is None and not rests
@@ -492,3 +492,18 @@ def test_plans_with_near_packs_are_valid_and_never_worse(monkeypatch, n, distinc
     p = plan(a, 2048, **kw)
     assert bool(calls) == near
     _check_forced(p, a, 2048, {"max_per_pack": None, **kw})
+
+
+@needs_numba
+def test_where_the_pairs_first_miss_the_exact_packs_are_made_again_without(monkeypatch):
+    """64k samples of 800 distinct lengths at 4k (seed 1): with every exact pair first the exact try lands
+    LB + 9 (measured; the target is +5), without them LB + 5; the try makes its packs both ways and keeps the
+    better. Control: with the pairs first only (EXACT_PAIRS_FIRST = (True,)), LB + 9."""
+    a = _few_distinct(64_000, 4096, 800, 1)
+    lb = _lb(a, 4096)
+    ways = []
+    real = _exact_kernel.exact_patterns
+    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: ways.append(args[5]) or real(*args))
+    assert plan(a, 4096).num_packs - lb == 5 and ways == [True, False]
+    monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", (True,))
+    assert plan(a, 4096).num_packs - lb == 9

@@ -359,9 +359,8 @@ def _exact_try(
     a third of the capacity, so there are at most that many such packs, and at most as many with a longest
     sample u as capacity - u has completions that share no sample (_exact_kernel.packs_bound).
 
-    Where that plan has more than `reach` packs and `near` (packs of four samples allowed), the rest is
-    planned again, near-exact packs of up to four samples first (_exact_kernel.near_patterns, within
-    capacity >> NEAR_SLACK_SHIFT of full), and the plan with fewer packs is returned."""
+    The exact packs are made once for each of EXACT_PAIRS_FIRST (with every exact pair first, then without),
+    until a plan has at most `reach` packs; the plan with the fewest is returned (_exact_plan)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -371,13 +370,39 @@ def _exact_try(
     enough = -(-int(cover * volume) // capacity)  # exact packs the cover needs
     if _exact_kernel.packs_bound(present, counts, capacity, enough) < enough:
         return None  # (150k samples of 600 distinct at 128k: 0.15 at most, 0.12 found)
+    best = None
+    long = present[2 * present >= capacity]
+    pairs = bool(np.isin(capacity - long, present).any())  # without one, both ways make the same packs
+    for pairs_first in EXACT_PAIRS_FIRST if pairs else EXACT_PAIRS_FIRST[:1]:
+        plan = _exact_plan(a, capacity, present, counts, rest_fit, goal, reach, near, pairs_first, cover)
+        if plan is not None and (best is None or len(plan.offsets) < len(best.offsets)):
+            best = plan
+            if len(best.offsets) - 1 <= reach:
+                break
+    return best
+
+
+def _exact_plan(
+    a: np.ndarray,
+    capacity: int,
+    present: np.ndarray,
+    counts: np.ndarray,
+    rest_fit: Callable[[np.ndarray, int, tuple[np.ndarray, np.ndarray]], Packing],
+    goal: int,
+    reach: int,
+    near: bool,
+    pairs_first: bool,
+    cover: float,
+) -> Packing | None:
+    """_exact_try's plan with the exact pairs first or not. Where the plan of the exact packs and their rest
+    has more than `reach` packs and `near` (packs of four samples allowed), the rest is planned again,
+    near-exact packs of up to four samples first (_exact_kernel.near_patterns, within capacity >>
+    NEAR_SLACK_SHIFT of full), and the plan with fewer packs is returned."""
+    from packcfg.packing import _exact_kernel
+
+    volume = int(np.dot(present, counts))
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
-        present,
-        counts,
-        capacity,
-        EXACT_SHARE,
-        EXACT_PATTERNS_PER_LENGTH * (len(present) + 16),
-        EXACT_PAIRS_FIRST,
+        present, counts, capacity, EXACT_SHARE, EXACT_PATTERNS_PER_LENGTH * (len(present) + 16), pairs_first
     )
     if packs == 0:
         return None
@@ -664,10 +689,14 @@ CHECK_MIN_WORK = 1 << 26
 # only under EXACT_MIN_COVER_LARGE (1M samples of 300 distinct at 128k, 0.013 covered: 82 -> 55 ms, +0 either
 # way; 0.2 would take 600 distinct at 128k, 0.12 covered, from 64 to 143 ms).
 EXACT_SHARE = 1.0
-# every exact pair (x + capacity - x) before the most constrained order: some best plan holds them all
-# (_exact_kernel's docstring). 999 distinct at 2k: 30k / 64k / 150k samples +5 / +9 / +19 -> +3 / +6 / +16 over
-# LB (the exact packs and L2 of their rest LB + 9 -> LB + 0 at 64k); no row measured worse (2k-32k, 30k-150k)
-EXACT_PAIRS_FIRST = True
+# the exact packs with every exact pair (x + capacity - x) first, then (where that plan misses the target)
+# without: some best plan holds all those pairs (_exact_kernel's docstring), but what the heuristics then make
+# of the rest is not always better. 999 distinct at 2k: with the pairs first the exact packs and L2 of their
+# rest come to LB + 0 at 64k (LB + 9 without), and the plan with near-exact packs to +2 (the target is +5).
+# Drawn with other seeds (docs/packing.md, "What one seed hides"), the pairs first alone took 800 distinct at
+# 4k with 64k samples +5 -> +9 and 999 distinct at 2k with 150k +74 -> +84; the second try brings them back
+# (120 such inputs: 37 over the packs target before, 29 with the pairs first alone, 28 with both)
+EXACT_PAIRS_FIRST = (True, False)
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
 # four samples first, each within capacity >> NEAR_SLACK_SHIFT tokens of full (8 at 2k), most constrained
 # length first (_exact_kernel._near; docs/packing.md, "Near-exact packs of four"): what the rest of 999
