@@ -498,7 +498,9 @@ def test_plans_with_near_packs_are_valid_and_never_worse(monkeypatch, n, distinc
 def test_where_the_pairs_first_miss_the_exact_packs_are_made_again_without(monkeypatch):
     """64k samples of 800 distinct lengths at 4k (seed 1): with every exact pair first the exact try lands
     LB + 9 (measured; the target is +5), without them LB + 5; the try makes its packs both ways and keeps the
-    better. Control: with the pairs first only (EXACT_PAIRS_FIRST = (True,)), LB + 9."""
+    better. Control: with the pairs first only (EXACT_PAIRS_FIRST = (True,)), LB + 9. Where the first way gives
+    up (64k samples of 999 distinct at 32k: its packs cover 0.31 of the volume, under EXACT_MIN_COVER), the
+    second is not tried."""
     a = _few_distinct(64_000, 4096, 800, 1)
     lb = _lb(a, 4096)
     ways = []
@@ -507,3 +509,7 @@ def test_where_the_pairs_first_miss_the_exact_packs_are_made_again_without(monke
     assert plan(a, 4096).num_packs - lb == 5 and ways == [True, False]
     monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", (True,))
     assert plan(a, 4096).num_packs - lb == 9
+    monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", (True, False))
+    ways.clear()
+    plan(_few_distinct(64_000, 32768, 999), 32768)
+    assert ways == [True]

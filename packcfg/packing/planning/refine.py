@@ -360,7 +360,7 @@ def _exact_try(
     sample u as capacity - u has completions that share no sample (_exact_kernel.packs_bound).
 
     The exact packs are made once for each of EXACT_PAIRS_FIRST (with every exact pair first, then without),
-    until a plan has at most `reach` packs; the plan with the fewest is returned (_exact_plan)."""
+    until a plan has at most `reach` packs or one gives up; the plan with the fewest is returned (_exact_plan)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -375,10 +375,12 @@ def _exact_try(
     pairs = bool(np.isin(capacity - long, present).any())  # without one, both ways make the same packs
     for pairs_first in EXACT_PAIRS_FIRST if pairs else EXACT_PAIRS_FIRST[:1]:
         plan = _exact_plan(a, capacity, present, counts, rest_fit, goal, reach, near, pairs_first, cover)
-        if plan is not None and (best is None or len(plan.offsets) < len(best.offsets)):
+        if plan is None:  # given up (the cover, or L2 of the rest): the other way would not do better
+            break
+        if best is None or len(plan.offsets) < len(best.offsets):
             best = plan
-            if len(best.offsets) - 1 <= reach:
-                break
+        if len(best.offsets) - 1 <= reach:
+            break
     return best
 
 
