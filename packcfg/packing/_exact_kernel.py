@@ -300,10 +300,25 @@ def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat,
                 best_s = s
                 best_most = cnt[x]
                 f0, f1, f2 = x, -1, -1
-            for j in range(i, m_nz):
+            # y ascending, but only where it can complete: y <= (room - x) / 2 (a triple, z >= y) or
+            # y >= room - x - slack (a pair); between the two there is nothing to find
+            j = i
+            while j < m_nz:
                 y = nz[j]
                 if x + y > room:
                     break
+                if 2 * y > room - x and x + y < room - slack:
+                    lo = j  # on to the first y >= room - x - slack
+                    hi = m_nz
+                    while lo < hi:
+                        mid = (lo + hi) >> 1
+                        if nz[mid] < room - x - slack:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    j = lo
+                    continue
+                j += 1
                 cy = cnt[y] - (1 if y == x else 0)
                 if cy <= 0:
                     continue
@@ -316,7 +331,7 @@ def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat,
                 t = room - x - y  # the longest z <= t with z >= y (then the least slack for x, y)
                 if t < y:
                     continue
-                lo = j
+                lo = j - 1
                 hi = m_nz
                 while lo < hi:
                     mid = (lo + hi) >> 1
@@ -325,13 +340,13 @@ def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat,
                     else:
                         lo = mid + 1
                 q = lo - 1
-                while q >= j:  # the longest z with a sample left for this triple
+                while q >= j - 1:  # the longest z with a sample left for this triple
                     z = nz[q]
                     need_z = 1 + (1 if z == x else 0) + (1 if z == y else 0)
                     if cnt[z] >= need_z:
                         break
                     q -= 1
-                if q < j:
+                if q < j - 1:
                     continue
                 z = nz[q]
                 s = t - z
