@@ -4,8 +4,10 @@ fit, and best fit for the rest, and keep that plan if it has fewer packs (docs/p
 
 Where that plan is still above its goal, the pack-eliminating post-pass (planning/eliminate.py) tries to empty
 packs of it by moving their items into the other packs' slack. Before the tries comes the exact try (exact
-packs most constrained length first, packing/_exact_kernel.py; PACKCFG_PLANNER_EXACT=off skips it), and
-where its plan is within the target the tries do not run.
+packs most constrained length first, packing/_exact_kernel.py; PACKCFG_PLANNER_EXACT=off skips it: every
+exact pair first, and where that plan misses the target, near-exact packs of four on its rest first
+(PACKCFG_PLANNER_NEAR=off skips them) and the exact packs again without the pairs), and where its plan is
+within the target the tries do not run.
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
 count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
@@ -701,9 +703,9 @@ EXACT_SHARE = 1.0
 EXACT_PAIRS_FIRST = (True, False)
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
 # four samples first, each within capacity >> NEAR_SLACK_SHIFT tokens of full (8 at 2k), most constrained
-# length first (_exact_kernel._near; docs/packing.md, "Near-exact packs of four"): what the rest of 999
-# distinct at 2k needs (the cutting-stock LP packs it at L2 + 1, in packs of 4-5 samples with 0-4 tokens of
-# slack). 64k / 150k / 1M samples +6 / +16 / +50 -> +2 / +2 / +22, 11.5 / 13.9 / 104 -> 5.7 / 7.6 / 23 ms
+# length first (_exact_kernel._near; docs/packing.md, "Every exact pair first; near-exact packs of four on the
+# rest"): what the rest of 999 distinct at 2k needs (the cutting-stock LP packs it at L2 + 1, in packs of 3-6
+# samples with 0-4 tokens of slack). 64k / 150k / 1M samples +6 / +16 / +50 -> +2 / +2 / +22, 11.5 / 13.9 / 104 -> 5.7 / 7.6 / 23 ms
 # (the tries no longer run there). Exact fills only (a shift past the capacity's bits) land +6 / +11 / +50
 # there, 4 tokens +6 / +1 / +32, 16 tokens +2 / +1 / +22 (41 ms at 1M). Its counts of completions by three
 # samples cost O(capacity) a pattern: it runs only where the rest's distinct lengths times the capacity are
