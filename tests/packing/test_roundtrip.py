@@ -311,3 +311,38 @@ def test_pipelined_writer_gives_the_rows_and_digest_of_one_row_group_at_a_time(t
         digests.append(meta["samples_digest"])
     assert all(t.equals(tables[0]) for t in tables) and len(set(digests)) == 1
     assert pq.ParquetFile(tmp_path / "o1.parquet").metadata.num_row_groups == p.num_packs
+
+
+def test_a_chunked_gather_from_the_spool_writes_the_same_file(tmp_path, token_jsonl, monkeypatch):
+    """The rows are gathered from a memory-mapped spool in chunks, the mapped pages handed back after each
+    (writer.GATHER_CHUNK_TOKENS; it keeps `pack`'s peak RSS off the spool's size): with chunks of 7 tokens the
+    packed file is byte for byte the one written in one gather a row group, and the pages were handed back.
+    Control: a gather that misplaces one chunk is caught by the same comparison."""
+    from packcfg.packing import writer
+    from packcfg.packing.planner import plan
+
+    sp = spool(token_jsonl, None, tmp_path / "spool")
+    assert isinstance(sp.packed, np.memmap) and sp.packed.mode == "r"
+    p = plan(sp.runtime_lengths(), 512, align=4)
+    released = []
+    real_release = writer.release_mapped_pages
+    monkeypatch.setattr(writer, "release_mapped_pages", lambda m: released.append(1) or real_release(m))
+
+    def written(name: str) -> bytes:
+        writer.write_packed(tmp_path / name, sp, p, 0, seed=3, rows_per_group=64)
+        return (tmp_path / name).read_bytes()
+
+    monkeypatch.setattr(writer, "GATHER_CHUNK_TOKENS", 1 << 40)
+    whole = written("whole.parquet")
+    assert not released
+    monkeypatch.setattr(writer, "GATHER_CHUNK_TOKENS", 7)
+    assert written("chunked.parquet") == whole and released
+    real_gather = writer.gather_spool
+
+    def misplaced(packed, gather):
+        out = real_gather(packed, gather)
+        out[:7] = np.roll(out[:7], 1)  # one chunk shifted by a token
+        return out
+
+    monkeypatch.setattr(writer, "gather_spool", misplaced)
+    assert written("control.parquet") != whole
