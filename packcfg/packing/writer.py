@@ -68,7 +68,10 @@ def release_mapped_pages(mapping: mmap.mmap) -> None:
     a later read maps them again), so that they stop counting in its RSS. Only for mode "r" mappings: on a
     private writable one it would drop changes."""
     if hasattr(mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):  # (Linux; elsewhere nothing)
-        mapping.madvise(mmap.MADV_DONTNEED)
+        try:
+            mapping.madvise(mmap.MADV_DONTNEED)
+        except OSError:  # best effort: the pages then stay mapped, as without it
+            pass
 
 
 def pack_rows(
