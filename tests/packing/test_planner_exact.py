@@ -441,7 +441,7 @@ def test_near_packs_bring_the_rest_within_the_target(monkeypatch):
     rest are LB + 0, but the rest's plan (best fit and the nested stage) lands LB + 6, one over the target;
     near-exact packs of four on that rest first bring it to LB + 2 (measured), and the tries then do not run.
     Control: PACKCFG_PLANNER_NEAR=off, LB + 6, the tries run. Where the rest's plan is within the target (600 distinct) or
-    max_per_pack is 3, near_patterns is not called."""
+    max_per_pack is 3, near_patterns is not called, nor where the rest has more than NEAR_MAX_LENGTHS lengths."""
     a = _few_distinct(64_000, 2048, 999)
     lb = _lb(a, 2048)
     calls = []
@@ -464,6 +464,11 @@ def test_near_packs_bring_the_rest_within_the_target(monkeypatch):
     plan(_few_distinct(64_000, 2048, 600), 2048)
     p3 = plan(a, 2048, max_per_pack=3)
     assert not calls and np.diff(p3.offsets).max() <= 3
+    # the rest there has 117 distinct lengths (measured): past NEAR_MAX_LENGTHS the near-exact packs do not run
+    monkeypatch.setattr(refine, "NEAR_MAX_LENGTHS", 116)
+    assert plan(a, 2048).num_packs - lb == 6 and not calls
+    monkeypatch.setattr(refine, "NEAR_MAX_LENGTHS", 117)
+    assert plan(a, 2048).num_packs - lb <= 2 and calls
 
 
 @needs_numba
