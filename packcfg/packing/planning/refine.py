@@ -362,7 +362,8 @@ def _exact_try(
     sample u as capacity - u has completions that share no sample (_exact_kernel.packs_bound).
 
     The exact packs are made once for each of EXACT_PAIRS_FIRST (with every exact pair first, then without),
-    until a plan has at most `reach` packs or one gives up; the plan with the fewest is returned (_exact_plan)."""
+    until a plan has at most `reach` packs or one gives up; the plan with the fewest is returned
+    (_exact_plan)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -376,7 +377,9 @@ def _exact_try(
     long = present[2 * present >= capacity]
     pairs = bool(np.isin(capacity - long, present).any())  # without one, both ways make the same packs
     for pairs_first in EXACT_PAIRS_FIRST if pairs else EXACT_PAIRS_FIRST[:1]:
-        plan = _exact_plan(a, capacity, present, counts, rest_fit, goal, reach, near, pairs_first, cover)
+        plan = _exact_plan(
+            a, capacity, present, counts, rest_fit, goal, reach, near, pairs_first, cover * volume
+        )
         if plan is None:  # given up (the cover, or L2 of the rest): the other way would not do better
             break
         if best is None or len(plan.offsets) < len(best.offsets):
@@ -396,21 +399,21 @@ def _exact_plan(
     reach: int,
     near: bool,
     pairs_first: bool,
-    cover: float,
+    covered: float,
 ) -> Packing | None:
     """_exact_try's plan with the exact pairs first or not. Where the plan of the exact packs and their rest
     has more than `reach` packs and `near` (packs of four samples allowed), the rest is planned again,
     near-exact packs of up to four samples first (_exact_kernel.near_patterns, within capacity >>
-    NEAR_SLACK_SHIFT of full), and the plan with fewer packs is returned."""
+    NEAR_SLACK_SHIFT of full), and the plan with fewer packs is returned. `covered`: the volume the exact
+    packs must hold (EXACT_MIN_COVER of all)."""
     from packcfg.packing import _exact_kernel
 
-    volume = int(np.dot(present, counts))
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
         present, counts, capacity, EXACT_SHARE, EXACT_PATTERNS_PER_LENGTH * (len(present) + 16), pairs_first
     )
     if packs == 0:
         return None
-    if packs * capacity < cover * volume:
+    if packs * capacity < covered:
         return None  # the plan would be mostly the rest's (EXACT_MIN_COVER, _LARGE)
     rest = left > 0
     if rest.any() and packs + l2_bound(present[rest][::-1], left[rest][::-1], capacity) > reach:
@@ -708,11 +711,11 @@ EXACT_PAIRS_FIRST = (True, False)
 # four samples first, each within capacity >> NEAR_SLACK_SHIFT tokens of full (8 at 2k), most constrained
 # length first (_exact_kernel._near; docs/packing.md, "Every exact pair first; near-exact packs of four on the
 # rest"): what the rest of 999 distinct at 2k needs (the cutting-stock LP packs it at L2 + 1, in packs of 3-6
-# samples with 0-4 tokens of slack). 64k / 150k / 1M samples +6 / +16 / +50 -> +2 / +2 / +22, 11.5 / 13.9 / 104 -> 5.7 / 7.6 / 23 ms
-# (the tries no longer run there). Exact fills only (a shift past the capacity's bits) land +6 / +11 / +50
-# there, 4 tokens +6 / +1 / +32, 16 tokens +2 / +1 / +22 (41 ms at 1M). Its counts of completions by three
-# samples cost O(capacity) a pattern: it runs only where the rest's distinct lengths times the capacity are
-# at most NEAR_MAX_WORK (999 distinct at 2k: 120 x 2048)
+# samples with 0-4 tokens of slack). 64k / 150k / 1M samples +6 / +16 / +50 -> +2 / +2 / +22, 11.5 / 13.9 /
+# 104 -> 5.7 / 7.6 / 23 ms (the tries no longer run there). Exact fills only (a shift past the capacity's
+# bits) land +6 / +11 / +50 there, 4 tokens +6 / +1 / +32, 16 tokens +2 / +1 / +22 (41 ms at 1M). Its counts
+# of completions by three samples cost O(capacity) a pattern: it runs only where the rest's distinct lengths
+# times the capacity are at most NEAR_MAX_WORK (999 distinct at 2k: 120 x 2048)
 NEAR_SLACK_SHIFT = 8
 NEAR_MAX_WORK = 1 << 20
 # ... and its search for a completion is O(lengths**2) a pattern, with O(lengths) patterns: on rests of random
