@@ -92,7 +92,7 @@ def _exact_try_on(a, capacity, reach):
         rests.append(len(rest))
         return grouped_best_fit(rest, capacity, None)
 
-    p = refine._exact_try(a, capacity, present, counts, rest_fit, lb + 5, reach(lb))
+    p = refine._exact_try(a, capacity, present, counts, rest_fit, lb + 5, reach(lb), refine.Effort(1 << 40))
     return p, rests, lb
 
 

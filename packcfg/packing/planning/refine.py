@@ -80,6 +80,84 @@ SPARSE_MIN_ITEMS = 1 << 15
 DENSE_FRACTION = 0.75
 
 
+# What the whole stage may spend on an input of n samples, nested stages included: EFFORT_PER_ITEM units a
+# sample, at least EFFORT_MIN. A unit is about a nanosecond of planning on the machine the costs below were
+# measured on (AMD EPYC Zen 5, 2026-11-27), so the budget is what the time bar leaves the stage after best fit:
+# 3x an argsort is ~60 ns a sample there, or 10 ms below ~170k samples. The units are charged from counts of
+# the work done (DP cells and patterns, lengths and samples a best fit goes over, pairs of lengths the exact
+# kernel goes over), never from a clock: the same input gets the same plan on every machine. Before the
+# budget, inputs with 1,500-4,095 distinct lengths drawn as the ratio table's few-distinct ones ran the exact
+# kernel (its cost grows with the square of the lengths: 25-35 ms at 4,095), every try, every nested stage
+# and the cut search to the end, and took 20-95x an argsort at 30k-150k samples (docs/packing.md, "A budget
+# for the whole stage").
+EFFORT_PER_ITEM = 60
+EFFORT_MIN = 15_000_000
+# the exact kernel: units per pair of distinct lengths (measured 1.2-2.2 ns x lengths**2 a way, 999 to 4,095
+# lengths, 4k-128k)
+EXACT_UNITS_PER_PAIR = 2
+# the near-exact packs: units per cube of the rest's distinct lengths (a completion search over pairs of
+# lengths for each of about as many patterns; 212 lengths at 4k took 5.7 ms)
+NEAR_UNITS_PER_CUBE = 0.6
+# the DP: cells per unit (0.05-0.14 ns a cell at 8k-128k), and units per pattern on top (a pattern's own
+# setup and way back: 2k-capacity DPs cost 0.3-0.45 ns a cell, as many cells making 1,000-1,800 patterns)
+CELLS_PER_UNIT = 12
+PATTERN_UNITS = 1500
+# a best fit or a count of its packs on a histogram: units per distinct length and samples per unit (150-250
+# ns a length, plus ~0.15 ns a sample: 0.07-1.3 ms from 300 lengths at 64k to 4,095 at 1M samples)
+FIT_UNITS_PER_LENGTH = 200
+FIT_ITEMS_PER_UNIT = 4
+
+
+class Effort:
+    """What the refinement stage may still spend (EFFORT_PER_ITEM): the top-level call makes one, and every
+    part of the stage, nested stages included, charges it. The exact try's ways and the near-exact packs run
+    only where their cost is left; tries, nested stages, cut points and the post-pass only while any is left;
+    a try's DP gets at most what is left."""
+
+    def __init__(self, units: int) -> None:
+        self.left = int(units)
+
+    def charge(self, units: float) -> None:
+        self.left -= int(units)
+
+    def allows(self, units: float) -> bool:
+        return self.left >= units
+
+    def spent(self) -> bool:
+        return self.left <= 0
+
+    @staticmethod
+    def fit_units(lengths: int, items: int) -> int:
+        """What a best fit (or a count of its packs) on a histogram of `lengths` lengths and `items` samples
+        costs."""
+        return FIT_UNITS_PER_LENGTH * lengths + items // FIT_ITEMS_PER_UNIT
+
+    def fitting(
+        self, best_fit: Callable[[np.ndarray, np.ndarray, np.ndarray], Packing]
+    ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], Packing]:
+        """`best_fit(lengths, present, counts)`, charged."""
+
+        def fit(a: np.ndarray, present: np.ndarray, counts: np.ndarray) -> Packing:
+            self.charge(self.fit_units(len(present), len(a)))
+            return best_fit(a, present, counts)
+
+        return fit
+
+    def counting(
+        self, count: Callable[[np.ndarray, np.ndarray], int] | None
+    ) -> Callable[[np.ndarray, np.ndarray], int] | None:
+        """`count(values, counts)`, charged (None stays None)."""
+        if count is None:
+            return None
+        counter = count
+
+        def counted(values: np.ndarray, counts: np.ndarray) -> int:
+            self.charge(self.fit_units(len(values), int(counts.sum())))
+            return counter(values, counts)
+
+        return counted
+
+
 def work_per_item(n_items: int, nested: bool = False) -> int:
     """The DP cells the stage may spend per item of an input of n_items (WORK_PER_ITEM; LARGE_WORK_FACTOR x
     that at the top level only: a nested stage's rest keeps the budget it had)."""
@@ -185,6 +263,7 @@ def refine(
     goal: int | None = None,
     shifts: tuple[int, ...] | None = None,
     depth: int = 0,
+    effort: Effort | None = None,
 ) -> Packing:
     """bfd's plan, or a plan with fewer packs. Up to three tries (four from TWO_SHIFTS_ITEMS items), sharing
     one work budget, until one lands within LB + max(5, 0.01% LB) (from STOP_AT_LB_ITEMS items: until one
@@ -209,7 +288,8 @@ def refine(
     (try 1 only, or try 3 where
     no item left is over capacity / 2 so that try 1 has nothing to keep; with the same limits) rather than
     by best fit alone. `goal` given marks a nested call, which aims at the packs the outer plan leaves to
-    it, not at a target of its own; `shifts`: the slack limits; `depth`: the nesting level (NEST_DEPTH)."""
+    it, not at a target of its own; `shifts`: the slack limits; `depth`: the nesting level (NEST_DEPTH);
+    `effort`: what the stage may still spend (Effort; a nested call shares its caller's)."""
     if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
         return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
     if len(a) >= SPARSE_MIN_ITEMS and len(a) < SPARSE_MULTIPLICITY * len(present):
@@ -230,6 +310,9 @@ def refine(
         return packing
     if prepare is not None:
         prepare()
+    if effort is None:  # the top level: one budget for everything the stage does, nested stages included
+        effort = Effort(max(EFFORT_MIN, EFFORT_PER_ITEM * len(a)))
+        best_fit, count = effort.fitting(best_fit), effort.counting(count)
     work = max(WORK_MIN, work_per_item(len(a), nested) * len(a))
     best, best_packs = packing, packs
     nest = depth < NEST_DEPTH and (depth > 0 or len(a) >= NEST_MIN_ITEMS)
@@ -249,6 +332,7 @@ def refine(
             not (nest or always_nest)
             or len(plan.offsets) - 1 <= rest_goal
             or (depth > 0 and len(rest) >= NEST_DEEP_MAX_ITEMS)
+            or effort.spent()
         ):
             return plan
         return refine(
@@ -264,6 +348,7 @@ def refine(
             max(0, rest_goal),
             shifts,
             depth + 1,
+            effort,
         )
 
     if (
@@ -273,7 +358,15 @@ def refine(
         and not switched_off("PACKCFG_PLANNER_EXACT")
     ):  # the exact try first: a plan of it within the target ends the stage (the tries cost as much again)
         exact = _exact_try(
-            a, capacity, present, counts, lambda r, g, h: rest_fit(r, g, h, True), stop, goal, k_max >= 4
+            a,
+            capacity,
+            present,
+            counts,
+            lambda r, g, h: rest_fit(r, g, h, True),
+            stop,
+            goal,
+            effort,
+            k_max >= 4,
         )
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
@@ -285,7 +378,7 @@ def refine(
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=group_start[1:])
     for i_try, keep in enumerate(keeps if nested else (*keeps, big)):  # nested: try 1 only
-        if not keep.any() or keep.all() or work <= 0 or best_packs <= stop:
+        if not keep.any() or keep.all() or work <= 0 or best_packs <= stop or effort.spent():
             continue
         if any(np.array_equal(keep, k) for k in keeps[:i_try]):
             continue  # the same packs kept as by an earlier try (e.g. every big-item pack was tight)
@@ -311,6 +404,7 @@ def refine(
             waste,
             work,
             rest_fit,
+            effort,
             count,
             stop - n_kept,
             len(a),
@@ -320,10 +414,11 @@ def refine(
         if plan is not None and n_kept + len(plan.offsets) - 1 < best_packs:
             best = _join(a, present, counts, packing.offsets, assign, keep, fills, kept, plan)
             best_packs = len(best.offsets) - 1
-    if work > 0 and best_packs > stop and (not nested or not big.any()):  # nested: where try 1 kept nothing
+    # nested: where try 1 kept nothing
+    if work > 0 and best_packs > stop and (not nested or not big.any()) and not effort.spent():
         waste = packs * capacity - int(np.dot(present, counts)) - capacity
         plan, _ = _replan(
-            a, capacity, k_max, present, counts, waste, work, rest_fit, count, stop, len(a), led=led
+            a, capacity, k_max, present, counts, waste, work, rest_fit, effort, count, stop, len(a), led=led
         )
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
@@ -338,6 +433,7 @@ def refine(
         and stop < best_packs <= goal + ELIMINATE_MAX_OVER
         and eliminate.enabled()
         and (len(a) >= STOP_AT_LB_ITEMS or best_packs - stop <= 1)
+        and not effort.spent()
     ):
         best = eliminate.eliminate(a, capacity, k_max, best, stop)
     return best
@@ -351,6 +447,7 @@ def _exact_try(
     rest_fit: Callable[[np.ndarray, int, tuple[np.ndarray, np.ndarray]], Packing],
     goal: int,
     reach: int,
+    effort: Effort,
     near: bool = True,
 ) -> Packing | None:
     """Exact packs most constrained length first (packing/_exact_kernel.py), then `rest_fit` on what they
@@ -363,7 +460,9 @@ def _exact_try(
 
     The exact packs are made once for each of EXACT_PAIRS_FIRST (with every exact pair first, then without),
     until a plan has at most `reach` packs or one gives up; the plan with the fewest is returned
-    (_exact_plan)."""
+    (_exact_plan). A way runs only where `effort` has what its kernel costs left (EXACT_UNITS_PER_PAIR a pair
+    of distinct lengths: the kernel goes over every length for each pattern, and makes about one pattern a
+    length)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -376,9 +475,13 @@ def _exact_try(
     best = None
     long = present[2 * present >= capacity]
     pairs = bool(np.isin(capacity - long, present).any())  # without one, both ways make the same packs
+    cost = EXACT_UNITS_PER_PAIR * len(present) ** 2
     for pairs_first in EXACT_PAIRS_FIRST if pairs else EXACT_PAIRS_FIRST[:1]:
+        if not effort.allows(cost):
+            break
+        effort.charge(cost)
         plan = _exact_plan(
-            a, capacity, present, counts, rest_fit, goal, reach, near, pairs_first, cover * volume
+            a, capacity, present, counts, rest_fit, goal, reach, near, pairs_first, cover * volume, effort
         )
         if plan is None:  # given up (the cover, or L2 of the rest): the other way would not do better
             break
@@ -400,12 +503,14 @@ def _exact_plan(
     near: bool,
     pairs_first: bool,
     covered: float,
+    effort: Effort,
 ) -> Packing | None:
     """_exact_try's plan with the exact pairs first or not. Where the plan of the exact packs and their rest
     has more than `reach` packs and `near` (packs of four samples allowed), the rest is planned again,
     near-exact packs of up to four samples first (_exact_kernel.near_patterns, within capacity >>
     NEAR_SLACK_SHIFT of full), and the plan with fewer packs is returned. `covered`: the volume the exact
-    packs must hold (EXACT_MIN_COVER of all)."""
+    packs must hold (EXACT_MIN_COVER of all). The near-exact packs run only where `effort` has their cost left
+    (NEAR_UNITS_PER_CUBE times the cube of the rest's distinct lengths)."""
     from packcfg.packing import _exact_kernel
 
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
@@ -428,6 +533,9 @@ def _exact_plan(
         return plan
     if int(left.sum()) >= _exact_kernel.NEAR_MAX_ITEMS or switched_off("PACKCFG_PLANNER_NEAR"):
         return plan
+    if not effort.allows(NEAR_UNITS_PER_CUBE * lengths_left**3):
+        return plan
+    effort.charge(NEAR_UNITS_PER_CUBE * lengths_left**3)
     # the rest's plan missed: near-exact packs of up to four samples on it first, then `rest_fit`
     near_k, near_end, near_g, near_n, near_left, near_packs = _exact_kernel.near_patterns(
         present,
@@ -527,6 +635,7 @@ def _replan(
     waste_budget: int,
     work: int,
     rest_fit: Callable[[np.ndarray, int, tuple[np.ndarray, np.ndarray]], Packing],
+    effort: Effort,
     count: Callable[[np.ndarray, np.ndarray], int] | None = None,
     goal: int = 0,
     n_all: int = 0,
@@ -540,9 +649,14 @@ def _replan(
     (CHECK_SHARES), and the patterns stop after the first step whose patterns and best fit on what they leave
     are within `goal`.
     `led`: once `work` is spent, the patterns go on greedy-led for LED_SHARE of it again
-    (_refine_kernel.LED_ROOM)."""
+    (_refine_kernel.LED_ROOM). `work` is at most what `effort` has left (CELLS_PER_UNIT), and the DP is
+    charged to it (and PATTERN_UNITS a pattern); the cut search stops where `effort` is spent."""
     from packcfg.packing import _refine_kernel
 
+    # the DP's cells, greedy-led ones included, within what the effort has left
+    cells_left = max(0, effort.left) * CELLS_PER_UNIT
+    work = min(work, cells_left)
+    led_work = min(int(LED_SHARE * work), cells_left - work) if led else 0
     run = _refine_kernel.Patterns(present, counts, capacity, k_max, waste_budget)
     seen: dict[int, int] = {}  # packs with the first c patterns and best fit's on the rest, by c
     for share in CHECK_SHARES if count is not None and work >= CHECK_MIN_WORK else ():
@@ -553,15 +667,30 @@ def _replan(
             if seen[len(run.pat_k)] <= goal:
                 break
     else:
-        run.run(work, int(LED_SHARE * work) if led else 0)
+        run.run(work, led_work)
     pat_k, pat_end, ent_g, ent_n, left = run.pat_k, run.pat_end, run.ent_g, run.ent_n, run.left
     mbs_packs, spent = run.packs, run.work
+    effort.charge(spent // CELLS_PER_UNIT + PATTERN_UNITS * len(pat_k))
     if count is not None and len(pat_k):
         points = CUT_POINTS_LARGE if n_all >= CUT_LARGE_ITEMS else CUT_POINTS
         # where the patterns went on past max_per_pack by the item-limited DP, the cut where they stopped
         # before it is a candidate too
         extra = (run.first_limited,) if run.first_limited > 0 else ()
-        c, left = _cut(pat_k, pat_end, ent_g, ent_n, counts, present, left, count, goal, points, extra, seen)
+        c, left = _cut(
+            pat_k,
+            pat_end,
+            ent_g,
+            ent_n,
+            counts,
+            present,
+            left,
+            count,
+            goal,
+            points,
+            extra,
+            seen,
+            effort.spent,
+        )
         pat_k, pat_end = pat_k[:c], pat_end[:c]
         ent_g, ent_n = ent_g[: pat_end[-1] if c else 0], ent_n[: pat_end[-1] if c else 0]
         mbs_packs = int(pat_k.sum())
@@ -762,6 +891,7 @@ def _cut(
     points: int,
     extra: tuple[int, ...] = (),
     seen: dict[int, int] | None = None,
+    spent: Callable[[], bool] = lambda: False,
 ) -> tuple[int, np.ndarray]:
     """How many of the patterns to keep, and what they leave of each group. Minimum bin slack fills its
     first packs exactly but uses up the small items doing so, and its last patterns then waste more than
@@ -771,7 +901,8 @@ def _cut(
     of them (best fit on a histogram costs 0.2-0.4 ms at 64k samples), every pattern among them, and then
     likewise over 1..e for each e in `extra` (where the patterns stopped before they went on past
     max_per_pack: the search that ran there, so that going on never loses a cut it would have found); the
-    search stops at the first c with at most `goal` packs."""
+    search stops at the first c with at most `goal` packs, and evaluates no new c once `spent()` (the
+    stage's effort: a c not evaluated counts as worse than any)."""
     n_pat = len(pat_k)
     per_entry = np.repeat(pat_k, np.diff(np.concatenate([[0], pat_end]))) * ent_n
     packs_before = np.concatenate([[0], np.cumsum(pat_k)])
@@ -784,6 +915,8 @@ def _cut(
 
     def total(c: int) -> int:
         if c not in seen:
+            if spent():
+                return 1 << 62
             seen[c] = _packs_in_all(int(packs_before[c]), rest_at(c), present, count)
         return seen[c]
 

@@ -1,0 +1,137 @@
+"""The refinement stage's effort (planning/refine.py, `Effort`): one budget for everything the stage does on an
+input, charged from counts of its work, so that no input sends it past a few times the time bar."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from packcfg.packing import _exact_kernel, _refine_kernel
+from packcfg.packing.planner import plan
+from packcfg.packing.planning import refine
+from tests.packing.test_planner_refine import _check_forced, _few_distinct, _lb
+
+needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stage needs numba")
+
+# DP cells one pattern may cost on the inputs below, past a run's budget (measured: up to ~40k)
+ONE_PATTERN = 100_000
+
+
+def _effort(monkeypatch, units):
+    """The stage's effort set to `units` whatever the input's size."""
+    monkeypatch.setattr(refine, "EFFORT_MIN", units)
+    monkeypatch.setattr(refine, "EFFORT_PER_ITEM", 0)
+
+
+def _spy(monkeypatch):
+    """Records the exact kernel's calls and the DP cells every `Patterns` run spent (its last total)."""
+    exact_calls: list[int] = []
+    cells: dict[int, int] = {}
+    real_exact = _exact_kernel.exact_patterns
+    real_run = _refine_kernel.Patterns.run
+
+    def exact(*args):
+        exact_calls.append(1)
+        return real_exact(*args)
+
+    def run(self, work_budget, led_budget=0):
+        out = real_run(self, work_budget, led_budget)
+        cells[id(self)] = self.work
+        return out
+
+    monkeypatch.setattr(_exact_kernel, "exact_patterns", exact)
+    monkeypatch.setattr(_refine_kernel.Patterns, "run", run)
+    return exact_calls, cells
+
+
+def test_charges_and_what_is_left():
+    effort = refine.Effort(1000)
+    assert effort.allows(1000) and not effort.allows(1001) and not effort.spent()
+    effort.charge(999.9)  # whole units: the charge is truncated
+    assert effort.left == 1 and not effort.spent()
+    effort.charge(5)
+    assert effort.spent() and not effort.allows(0)
+
+
+def test_best_fits_and_counts_are_charged_by_their_histogram():
+    effort = refine.Effort(10**9)
+    seen = []
+    fit = effort.fitting(lambda a, present, counts: seen.append(len(a)) or "plan")
+    count = effort.counting(lambda values, counts: 7)
+    assert fit(np.zeros(40, np.int64), np.arange(3), np.array([10, 10, 20])) == "plan" and seen == [40]
+    assert effort.left == 10**9 - refine.Effort.fit_units(3, 40)
+    assert count(np.arange(5), np.array([1, 2, 3, 4, 10])) == 7
+    assert effort.left == 10**9 - refine.Effort.fit_units(3, 40) - refine.Effort.fit_units(5, 20)
+    assert refine.Effort.fit_units(3, 40) == 3 * refine.FIT_UNITS_PER_LENGTH + 40 // refine.FIT_ITEMS_PER_UNIT
+    assert effort.counting(None) is None
+
+
+def test_a_spent_effort_evaluates_no_cut():
+    """_cut with the effort spent counts no cut point (each costs a best fit): it keeps every pattern."""
+    counts = np.array([6, 6], dtype=np.int64)
+    present = np.array([6, 4], dtype=np.int64)
+    pat_k, pat_end = np.array([2, 1], dtype=np.int64), np.array([2, 3], dtype=np.int64)
+    ent_g, ent_n = np.array([0, 1, 0], dtype=np.int64), np.array([1, 1, 1], dtype=np.int64)
+    left = np.array([3, 4], dtype=np.int64)
+    calls = []
+
+    def count(values, c):
+        calls.append(1)
+        return 1
+
+    c, rest = refine._cut(
+        pat_k, pat_end, ent_g, ent_n, counts, present, left, count, 0, 6, (), None, lambda: True
+    )
+    assert c == 2 and np.array_equal(rest, left) and not calls
+    c, _ = refine._cut(
+        pat_k, pat_end, ent_g, ent_n, counts, present, left, count, 0, 6, (), None, lambda: False
+    )
+    assert calls  # control: with effort left the search counts
+
+
+@needs_numba
+def test_the_exact_kernel_runs_only_where_its_cost_is_left(monkeypatch):
+    """30k samples of 2,000 distinct lengths at 4k: the exact kernel costs EXACT_UNITS_PER_PAIR x 2,000**2 = 8M
+    units, within the shipped effort (15M at this size), and its plan lands LB + 0 (measured). With 5M units
+    the kernel is not called, and the tries land LB + 7; both plans are valid and no worse than best fit."""
+    a = _few_distinct(30_000, 4096, 2000)
+    lb = _lb(a, 4096)
+    exact_calls, _ = _spy(monkeypatch)
+    p = plan(a, 4096)
+    assert exact_calls and p.num_packs - lb == 0
+    _check_forced(p, a, 4096, {"max_per_pack": None})
+    exact_calls.clear()
+    _effort(monkeypatch, 5_000_000)
+    p = plan(a, 4096)
+    assert not exact_calls and p.num_packs - lb == 7
+    _check_forced(p, a, 4096, {"max_per_pack": None})
+
+
+@needs_numba
+@pytest.mark.parametrize("units", [100_000, 1_000_000, 5_000_000])
+def test_the_dp_spends_at_most_what_the_effort_has(monkeypatch, units):
+    """Every try's DP (greedy-led cells included) and every nested stage's together stay within the effort's
+    units x CELLS_PER_UNIT cells, past them by at most the pattern each run stops at (a run checks its
+    budget before each pattern; here one costs well under ONE_PATTERN cells); the plan is valid, no worse
+    than best fit, and the same each time. (30k samples of 2,000 distinct at 8k: 5M units allow 60M cells
+    and the DP spends 15.4M; 1M units allow 12M and it spends 12.01M; 100k allow 1.2M, spent 1.24M:
+    measured.)"""
+    a = _few_distinct(30_000, 8192, 2000)
+    _effort(monkeypatch, units)
+    _, cells = _spy(monkeypatch)
+    p = plan(a, 8192)
+    assert 0 < sum(cells.values()) <= units * refine.CELLS_PER_UNIT + len(cells) * ONE_PATTERN
+    _check_forced(p, a, 8192, {"max_per_pack": None})
+    assert np.array_equal(plan(a, 8192).order, p.order)
+
+
+@needs_numba
+def test_with_no_effort_the_stage_does_no_work(monkeypatch):
+    """With one unit the stage runs no exact kernel and its DP stops after its first pattern (control for the
+    tests above: the budget is what stops them, not the input; the shipped effort spends 6M cells here)."""
+    a = _few_distinct(30_000, 8192, 2000)
+    _effort(monkeypatch, 1)
+    exact_calls, cells = _spy(monkeypatch)
+    p = plan(a, 8192)
+    assert not exact_calls and sum(cells.values()) <= ONE_PATTERN
+    _check_forced(p, a, 8192, {"max_per_pack": None})
