@@ -26,14 +26,15 @@ max(ceil(sum / cap), L2) + max(5, 0.01%), before (best fit alone, PACKCFG_PLANNE
 refinement stage, with both times; with --lp-bound SECONDS, where bfd misses that target, also the cutting-stock
 LP bound (bench/lp_bound.py: Gilmore-Gomory column generation, needs SciPy; bench only, never the planner).
 --ratio-seeds and --ratio-distinct draw the few-distinct inputs with other seeds and numbers of lengths (the
-tables use seed 7 and 63 / 300 / 600 / 999), to see how far one draw speaks for its kind.
+tables use seed 7 and 63 / 300 / 600 / 999 / 2,000 / 4,095; 2,000 and 4,095 since 2026-11-27, stop 43), to see
+how far one draw speaks for its kind.
 
 Then (--per-pack-only) bfd with max_per_pack, its slot-balanced plan on and off, and with --lp-bound the LP
 with the item limit.
 
 Usage: python bench/packing.py [--quick] [--n N] [--big N] [--e2e N] [--skip-slow] [--e2e-only]
        [--long-only] [--few-only] [--ratio-only [--ratio-n 30000,64000,150000,1000000] [--no-cold] [--lp-bound SECONDS]
-       [--ratio-seeds 7] [--ratio-distinct 63,300,600,999]]
+       [--ratio-seeds 7] [--ratio-distinct 63,300,600,999,2000,4095]]
        [--per-pack-only [--per-pack-n N] [--lp-bound SECONDS]]
        [--long-n N]
        [--with-python] [--repeat K]
@@ -574,6 +575,9 @@ def real_corpora() -> dict[str, np.ndarray]:
 
 
 FEW_DISTINCT = (63, 300, 600, 999)  # 63 and 999: just under the planner's thresholds (64 and 1,000)
+# --ratio-only's few-distinct inputs: also 2,000 and 4,095 lengths (4,095: just under the exact try's
+# EXACT_MAX_DISTINCT), where the refinement stage took up to 95x an argsort before its effort budget
+RATIO_DISTINCT = (*FEW_DISTINCT, 2000, 4095)
 FEW_CAPACITIES = (2048, 8192, 32_768, 131_072)
 
 COLD = r"""
@@ -745,7 +749,7 @@ def _median(fn, k: int, budget: float = 2.0) -> float:  # type: ignore[no-untype
 
 
 def ratio_workloads(
-    sizes: tuple[int, ...], seeds: tuple[int, ...] = (7,), distinct: tuple[int, ...] = FEW_DISTINCT
+    sizes: tuple[int, ...], seeds: tuple[int, ...] = (7,), distinct: tuple[int, ...] = RATIO_DISTINCT
 ) -> list[tuple[str, int, np.ndarray]]:
     """(name, capacity, lengths): every distribution this bench knows at every capacity 2k-128k; the
     few-distinct ones with each of `distinct` lengths, drawn with each of `seeds` (7, the default, is the one
@@ -799,7 +803,7 @@ def ratio_table(
     only: tuple[str, ...] = (),
     lp: float = 0.0,
     seeds: tuple[int, ...] = (7,),
-    distinct: tuple[int, ...] = FEW_DISTINCT,
+    distinct: tuple[int, ...] = RATIO_DISTINCT,
 ) -> None:
     """bfd against one NumPy argsort of the same lengths on every distribution and capacity: warm (kernel
     loaded), on the pure-Python path (what runs without numba, and cold below 1,000 distinct lengths), and
@@ -1095,7 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--ratio-distinct",
-        default=",".join(map(str, FEW_DISTINCT)),
+        default=",".join(map(str, RATIO_DISTINCT)),
         help="--ratio-only: distinct lengths of the few-distinct inputs (comma-separated)",
     )
     ap.add_argument(
