@@ -9,9 +9,11 @@ exact pair first, and where that plan misses the target, near-exact packs of fou
 (PACKCFG_PLANNER_NEAR=off skips them) and the exact packs again without the pairs), and where its plan is
 within the target the tries do not run.
 
-LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The stage is deterministic: its budgets
-count DP cells, not seconds, so the same input gives the same plan on any machine. It needs numba (pure
-Python would cost seconds) and is skipped without it, or with PACKCFG_PLANNER_REFINE=off.
+LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The whole stage, nested stages included,
+spends at most one budget (`Effort`, EFFORT_PER_ITEM units a sample), charged by every part of it. The stage is
+deterministic: its budgets count work (DP cells, best fits, the exact kernel's pairs of lengths), not seconds,
+so the same input gives the same plan on any machine. It needs numba (pure Python would cost seconds) and is
+skipped without it, or with PACKCFG_PLANNER_REFINE=off.
 """
 
 from __future__ import annotations
