@@ -9,7 +9,10 @@ core, in a child process of the environment it is installed in (never copied int
   from the oracle venv /work/venvs/oracle-0.3.1;
 - TRL's `_pack_bfd` (trl.data_utils: the BFD core that `pack_dataset(strategy="bfd")` maps over 1,000-row
   windows), called once on the whole table: global BFD, no `Dataset.map` windows. The token column is a
-  list<null> column (offsets only), so TRL's table work costs what its offsets cost, not the tokens';
+  list<null> column (offsets only, no token ids to build), but TRL's `pc.filter` of it still costs about 16
+  bytes a token with pyarrow 26 (measured: 355M tokens took a child from 0.15 to 5.8 GB, and five rows of
+  2.5G-10G tokens were killed out of memory on a 24 GB machine), so TRL is not run past TRL_MAX_TOKENS
+  tokens (a child killed by a signal is reported so, and not run at a larger N);
 - Axolotl 0.19 multipack `pack_parallel` (the numba first fit its MultipackBatchSampler calls) with
   group_size = N (one global group, not 100k windows), one process, on the lengths sorted descending (the
   sort is timed with it: first fit decreasing);
@@ -58,6 +61,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.packing import l2_bound, long_lengths, print_table, real_corpora  # noqa: E402
 from packcfg.packing import plan  # noqa: E402
 from packcfg.packing.planning.best_fit import load_kernel  # noqa: E402
+
+# TRL's filter of the token column costs ~16 bytes a token (above): past this many tokens (~16 GB) it is not
+# run (on the 24 GB machine of 2026-11-27 the largest row that ran had 765M tokens, the smallest killed 2.46G)
+TRL_MAX_TOKENS = 1_000_000_000
 
 _HARNESS = """
 import json, sys, time
@@ -127,6 +134,8 @@ def _run_peer(
         )
     except subprocess.TimeoutExpired:
         return f"> {timeout} s"
+    if r.returncode < 0:  # a signal: SIGKILL is most often the kernel's out-of-memory killer
+        return f"killed by signal {-r.returncode}"
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
         return f"did not run: {last[:80]}"
@@ -210,9 +219,14 @@ def main(argv: list[str] | None = None) -> int:
                 if (name, dist, cap) in stopped:
                     rows.append([*base, name, "skipped (stopped at a smaller N)", "", "", "", ""])
                     continue
+                if name.startswith("trl") and int(a.sum()) > TRL_MAX_TOKENS:
+                    rows.append([*base, name, f"skipped ({int(a.sum()) / 1e6:,.0f}M tokens)", "", "", "", ""])
+                    continue
                 py = args.oracle_python if name.startswith("bridge") else args.peers_python
                 res = _run_peer(py, _PEERS[name], npy, cap, args.runs, args.budget, args.timeout)
                 if isinstance(res, str):
+                    if res.startswith(("killed", "did not run")):  # no larger N either
+                        stopped.add((name, dist, cap))
                     if res.startswith(">"):
                         stopped.add((name, dist, cap))
                         worst[name] = min(worst.get(name, float("inf")), args.timeout / t_me)
