@@ -9,6 +9,7 @@ import pytest
 from packcfg.packing import _exact_kernel, _refine_kernel
 from packcfg.packing.planner import plan
 from packcfg.packing.planning import refine
+from packcfg.packing.planning.common import PlanError
 from tests.packing.test_planner_refine import _check_forced, _few_distinct, _lb
 
 needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stage needs numba")
@@ -135,3 +136,31 @@ def test_with_no_effort_the_stage_does_no_work(monkeypatch):
     p = plan(a, 8192)
     assert not exact_calls and sum(cells.values()) <= ONE_PATTERN
     _check_forced(p, a, 8192, {"max_per_pack": None})
+
+
+def test_the_effort_variable_scales_the_budget(monkeypatch):
+    n = 1_000_000
+    base = refine.effort_units(n)
+    assert base == max(refine.EFFORT_MIN, refine.EFFORT_PER_ITEM * n)
+    monkeypatch.setenv("PACKCFG_PLANNER_EFFORT", "4")
+    assert refine.effort_units(n) == 4 * base
+    monkeypatch.setenv("PACKCFG_PLANNER_EFFORT", " 0.5 ")
+    assert refine.effort_units(n) == base // 2
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "inf", "nan", "1e400"])
+def test_a_bad_effort_variable_is_one_clear_error(monkeypatch, value):
+    monkeypatch.setenv("PACKCFG_PLANNER_EFFORT", value)
+    with pytest.raises(PlanError, match=r"PACKCFG_PLANNER_EFFORT=.*not a positive number"):
+        refine.effort_units(10)
+
+
+@needs_numba
+def test_half_the_effort_skips_the_exact_kernel_it_needs(monkeypatch):
+    """30k samples of 2,000 distinct at 4k: the exact kernel costs 8M units; PACKCFG_PLANNER_EFFORT=0.5 leaves
+    the stage 7.5M, so it is skipped (LB + 7, measured), where the shipped budget runs it (LB + 0, above)."""
+    a = _few_distinct(30_000, 4096, 2000)
+    monkeypatch.setenv("PACKCFG_PLANNER_EFFORT", "0.5")
+    exact_calls, _ = _spy(monkeypatch)
+    p = plan(a, 4096)
+    assert not exact_calls and p.num_packs - _lb(a, 4096) == 7

@@ -18,6 +18,7 @@ skipped without it, or with PACKCFG_PLANNER_REFINE=off.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from packcfg.packing.planning import eliminate
 from packcfg.packing.planning.common import (
     Packing,
+    PlanError,
     concat_ranges,
     switched_off,
 )
@@ -94,6 +96,9 @@ DENSE_FRACTION = 0.75
 # for the whole stage").
 EFFORT_PER_ITEM = 60
 EFFORT_MIN = 15_000_000
+# PACKCFG_PLANNER_EFFORT=F multiplies both (a positive number: 4 lets the stage spend 4x as much where an input
+# needs it, for fewer packs; 0.5 half)
+EFFORT_VARIABLE = "PACKCFG_PLANNER_EFFORT"
 # the exact kernel: units per pair of distinct lengths (measured 1.2-2.2 ns x lengths**2 a way, 999 to 4,095
 # lengths, 4k-128k)
 EXACT_UNITS_PER_PAIR = 2
@@ -108,6 +113,24 @@ PATTERN_UNITS = 1500
 # ns a length, plus ~0.15 ns a sample: 0.07-1.3 ms from 300 lengths at 64k to 4,095 at 1M samples)
 FIT_UNITS_PER_LENGTH = 200
 FIT_ITEMS_PER_UNIT = 4
+
+
+def effort_units(n_items: int) -> int:
+    """The top-level stage's budget for an input of n_items samples: EFFORT_PER_ITEM a sample, at least
+    EFFORT_MIN, times PACKCFG_PLANNER_EFFORT where it is set (PlanError naming it where it is not a positive
+    number)."""
+    raw = os.environ.get(EFFORT_VARIABLE, "").strip()
+    factor = 1.0
+    if raw:
+        try:
+            factor = float(raw)
+        except ValueError:
+            factor = -1.0
+        if not (0 < factor < float("inf")):
+            raise PlanError(
+                f"{EFFORT_VARIABLE}={raw!r}: not a positive number (a multiplier of the stage's budget)"
+            )
+    return int(max(EFFORT_MIN, EFFORT_PER_ITEM * n_items) * factor)
 
 
 class Effort:
@@ -313,7 +336,7 @@ def refine(
     if prepare is not None:
         prepare()
     if effort is None:  # the top level: one budget for everything the stage does, nested stages included
-        effort = Effort(max(EFFORT_MIN, EFFORT_PER_ITEM * len(a)))
+        effort = Effort(effort_units(len(a)))
         best_fit, count = effort.fitting(best_fit), effort.counting(count)
     work = max(WORK_MIN, work_per_item(len(a), nested) * len(a))
     best, best_packs = packing, packs
