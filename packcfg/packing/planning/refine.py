@@ -86,16 +86,17 @@ DENSE_FRACTION = 0.75
 
 # What the whole stage may spend on an input of n samples, nested stages included: EFFORT_PER_ITEM units a
 # sample, at least EFFORT_MIN. A unit is about a nanosecond of planning on the machine the costs below were
-# measured on (AMD EPYC Zen 5, 2026-11-27), so the budget is what the time bar leaves the stage after best fit:
-# 3x an argsort is ~60 ns a sample there, or 10 ms below ~170k samples. The units are charged from counts of
-# the work done (DP cells and patterns, lengths and samples a best fit goes over, pairs of lengths the exact
-# kernel goes over), never from a clock: the same input gets the same plan on every machine. Before the
-# budget, inputs with 1,500-4,095 distinct lengths drawn as the ratio table's few-distinct ones ran the exact
-# kernel (its cost grows with the square of the lengths: 25-35 ms at 4,095), every try, every nested stage
-# and the cut search to the end, and took 20-95x an argsort at 30k-150k samples (docs/packing.md, "A budget
-# for the whole stage").
+# measured on (AMD EPYC Zen 5, 2026-11-27); 3x an argsort is ~60 ns a sample there. The units are charged from
+# counts of the work done (DP cells and patterns, lengths and samples a best fit goes over, pairs of lengths
+# the exact kernel goes over), never from a clock: the same input gets the same plan on every machine. Before
+# the budget, inputs with 1,500-4,095 distinct lengths drawn as the ratio table's few-distinct ones ran the
+# exact kernel (its cost grows with the square of the lengths: 25-35 ms at 4,095), every try, every nested
+# stage and the cut search to the end, and took 20-95x an argsort at 30k-150k samples (docs/packing.md, "A
+# budget for the whole stage"). The budget is a bound on those, set so that no plan of the inputs the stage
+# handled within ~50 ms changes: EFFORT_MIN 15M cut the plans with max_per_pack of 64k samples of 600
+# distinct at 2k (4 / 8 a pack: the near-exact packs and the cut search need 26M; +233 / +15 -> +245 / +33).
 EFFORT_PER_ITEM = 60
-EFFORT_MIN = 15_000_000
+EFFORT_MIN = 30_000_000
 # PACKCFG_PLANNER_EFFORT=F multiplies both (a positive number: 4 lets the stage spend 4x as much where an input
 # needs it, for fewer packs; 0.5 half)
 EFFORT_VARIABLE = "PACKCFG_PLANNER_EFFORT"
