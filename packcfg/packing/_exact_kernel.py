@@ -20,7 +20,10 @@ change: conv(c + d) = conv(c) + 2 conv(c, d) + conv(d, d)). Take the length with
 (the most constrained, as in exact-cover search), complete it with the single sample if there is one, else
 with the pair whose rarer length has the most samples left, and apply that exactly full pack to as many samples
 as `share` of the rarest of its lengths allows (at least once). A length with no completion left is set aside
-for best fit. docs/packing.md, "The lead: most constrained first", has what this order does that best fit's
+for best fit. With `tolerance` t > 0 a completion may leave up to t tokens of slack: a length's completions are
+counted over capacity - v - s for s in 0..t, and it is completed at the least s that has one (exact where it
+can be); planning.refine makes such packs with t = 1 where the exact ones miss (the cutting-stock LP's plans
+of those inputs pair long samples at a token or two of slack). docs/packing.md, "The lead: most constrained first", has what this order does that best fit's
 does not; `bench/most_constrained.py` keeps the NumPy reference.
 """
 
@@ -60,7 +63,9 @@ def _pack_of(lengths, per_pack, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
 
 
 @compiled
-def _exact(present, counts, capacity, share, exact_compare, pairs_first, pat_k, pat_end, ent_g, ent_n):  # type: ignore[no-untyped-def]
+def _exact(
+    present, counts, capacity, share, exact_compare, pairs_first, tolerance, pat_k, pat_end, ent_g, ent_n
+):  # type: ignore[no-untyped-def]
     n = capacity + 1
     cnt = np.zeros(n, np.int64)
     group = np.full(n, -1, np.int64)
@@ -139,6 +144,8 @@ def _exact(present, counts, capacity, share, exact_compare, pairs_first, pat_k, 
                 continue
             room = capacity - u
             num = pair_sums[room] + 2 * cnt[room]
+            for s in range(1, min(tolerance, room) + 1):  # completions leaving s tokens (room - s >= 0)
+                num += pair_sums[room - s] + 2 * cnt[room - s] + (1 if s == room else 0)
             if num == 0 and room > 0:
                 # no completion: such a length is the minimum (0) before any other is taken, and set aside
                 # then; counts only fall, so it is set aside now, in one scan rather than one each
@@ -158,25 +165,28 @@ def _exact(present, counts, capacity, share, exact_compare, pairs_first, pat_k, 
         m_nz = k
         if v < 0 or n_pat == pat_k.shape[0]:
             return n_pat, n_ent, packs
-        room = capacity - v
         cnt[v] -= 1
         f0 = -1
         f1 = -1
-        if room == 0:
-            f0 = -2  # the sample fills its pack alone
-        elif cnt[room] > 0:
-            f0 = room
-        else:
-            most = -1
-            for i in range(m_nz):
-                x = nz[i]
-                if 2 * x > room:
-                    break
-                y = room - x
-                if cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
-                    most = min(cnt[x], cnt[y])
-                    f0 = x
-                    f1 = y
+        for s in range(min(tolerance, capacity - v) + 1):  # the least slack s with a completion
+            room = capacity - v - s
+            if room == 0:
+                f0 = -2  # the sample fills its pack alone
+            elif cnt[room] > 0:
+                f0 = room
+            else:
+                most = -1
+                for i in range(m_nz):
+                    x = nz[i]
+                    if 2 * x > room:
+                        break
+                    y = room - x
+                    if cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
+                        most = min(cnt[x], cnt[y])
+                        f0 = x
+                        f1 = y
+            if f0 != -1:
+                break
         cnt[v] += 1
         if f0 == -1:
             aside[v] = True
@@ -483,11 +493,13 @@ def exact_patterns(
     share: float,
     max_patterns: int,
     pairs_first: bool = True,
+    tolerance: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The exact packs on the histogram (present: distinct lengths, each <= capacity; counts: samples of
     each), at most `max_patterns` patterns: (pat_k, pat_end, ent_g, ent_n, left, packs) in the form
     `_refine_kernel.patterns` gives them (ent_g indexes `present`), left: the samples of each length left.
-    `pairs_first`: every exact pair of samples before the most constrained order (the module's docstring)."""
+    `pairs_first`: every exact pair of samples before the most constrained order (the module's docstring);
+    `tolerance`: the slack a pack after them may have, in tokens (0: exactly full)."""
     present = np.ascontiguousarray(present, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     pat_k = np.empty(max_patterns, dtype=np.int64)
@@ -496,7 +508,17 @@ def exact_patterns(
     ent_n = np.empty(3 * max_patterns, dtype=np.int64)
     exact_compare = int(counts.sum()) < EXACT_COMPARE_MAX_ITEMS
     n_pat, n_ent, packs = _exact(
-        present, counts, int(capacity), float(share), exact_compare, pairs_first, pat_k, pat_end, ent_g, ent_n
+        present,
+        counts,
+        int(capacity),
+        float(share),
+        exact_compare,
+        pairs_first,
+        int(tolerance),
+        pat_k,
+        pat_end,
+        ent_g,
+        ent_n,
     )
     ent_g, ent_n = ent_g[:n_ent], ent_n[:n_ent]
     pat_k, pat_end = pat_k[:n_pat], pat_end[:n_pat]

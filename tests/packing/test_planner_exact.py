@@ -28,18 +28,24 @@ needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stag
     counts=st.lists(st.integers(0, 40), min_size=1, max_size=60),
     capacity=st.integers(60, 400),
     share=st.sampled_from([0.1, 0.5, 1.0]),
+    tolerance=st.sampled_from([0, 0, 1, 2, 5]),
+    pairs_first=st.booleans(),
 )
-def test_exact_packs_are_exactly_full_and_take_what_there_is(counts, capacity, share):
-    """Every pattern sums to the capacity, and the patterns plus what is left are the histogram."""
+def test_exact_packs_are_within_their_tolerance_and_take_what_there_is(
+    counts, capacity, share, tolerance, pairs_first
+):
+    """Every pattern fills its pack to within `tolerance` tokens of the capacity (exactly, with 0), never past
+    it, and the patterns plus what is left are the histogram."""
     present = np.arange(len(counts), dtype=np.int64)[::-1] * (capacity // len(counts) or 1) % (capacity + 1)
     present, first = np.unique(present, return_index=True)
     counts = np.asarray(counts, dtype=np.int64)[first]
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
-        present, counts, capacity, share, 64 * (len(present) + 16)
+        present, counts, capacity, share, 64 * (len(present) + 16), pairs_first, tolerance
     )
     starts = np.concatenate([[0], pat_end[:-1]]).astype(np.int64)
     if len(pat_k):
-        assert (np.add.reduceat(ent_n * present[ent_g], starts) == capacity).all()
+        fills = np.add.reduceat(ent_n * present[ent_g], starts)
+        assert ((fills <= capacity) & (fills >= capacity - tolerance)).all()
     assert (pat_k >= 1).all() and packs == int(pat_k.sum())
     used = np.bincount(
         ent_g, weights=np.repeat(pat_k, np.diff(pat_end, prepend=0)) * ent_n, minlength=len(counts)
@@ -102,7 +108,7 @@ def test_where_the_exact_packs_cannot_reach_the_target_the_rest_is_not_planned(m
     short samples, and they and L2 of what they leave are LB + 9 (measured), past the target (LB + 5). The try
     gives up there without planning the rest. Control: with room to LB + 50 it plans the rest, and that plan
     has at least LB + 6 packs."""
-    monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", (False,))
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((False, 0),))
     a = _few_distinct(64_000, 2048, 999)
     p, rests, lb = _exact_try_on(a, 2048, lambda lb: lb + 5)
     assert p is None and not rests
@@ -441,7 +447,9 @@ def test_near_packs_bring_the_rest_within_the_target(monkeypatch):
     rest are LB + 0, but the rest's plan (best fit and the nested stage) lands LB + 6, one over the target;
     near-exact packs of four on that rest first bring it to LB + 2 (measured), and the tries then do not run.
     Control: PACKCFG_PLANNER_NEAR=off, LB + 6, the tries run. Where the rest's plan is within the target (600 distinct) or
-    max_per_pack is 3, near_patterns is not called, nor where the rest has more than NEAR_MAX_LENGTHS lengths."""
+    max_per_pack is 3, near_patterns is not called, nor where the rest has more than NEAR_MAX_LENGTHS lengths.
+    The exact ways only: with near-exact packs off, the tolerant way (EXACT_WAYS) would land LB + 5 itself."""
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (False, 0)))
     a = _few_distinct(64_000, 2048, 999)
     lb = _lb(a, 2048)
     calls = []
@@ -500,21 +508,69 @@ def test_plans_with_near_packs_are_valid_and_never_worse(monkeypatch, n, distinc
 
 
 @needs_numba
-def test_where_the_pairs_first_miss_the_exact_packs_are_made_again_without(monkeypatch):
-    """64k samples of 800 distinct lengths at 4k (seed 1): with every exact pair first the exact try lands
-    LB + 9 (measured; the target is +5), without them LB + 5; the try makes its packs both ways and keeps the
-    better. Control: with the pairs first only (EXACT_PAIRS_FIRST = (True,)), LB + 9. Where the first way gives
-    up (64k samples of 999 distinct at 32k: its packs cover 0.31 of the volume, under EXACT_MIN_COVER), the
-    second is not tried."""
+def test_where_the_pairs_first_miss_the_exact_packs_are_made_the_other_ways(monkeypatch):
+    """64k samples of 800 distinct lengths at 4k (seed 1): with every exact pair first the exact try lands LB + 9
+    (measured; the target is +5); the try makes its packs again with a token of slack allowed (LB + 4, within
+    the target: the third way, without the pairs, is not tried) and keeps the better. Controls: with the pairs
+    first only, LB + 9; with the two exact ways only (before the tolerant one), LB + 5. Where the first way gives
+    up (64k samples of 999 distinct at 32k: its packs cover 0.31 of the volume, under EXACT_MIN_COVER), no
+    other is tried."""
     a = _few_distinct(64_000, 4096, 800, 1)
     lb = _lb(a, 4096)
     ways = []
     real = _exact_kernel.exact_patterns
-    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: ways.append(args[5]) or real(*args))
-    assert plan(a, 4096).num_packs - lb == 5 and ways == [True, False]
-    monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", (True,))
+    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: ways.append(args[5:7]) or real(*args))
+    assert plan(a, 4096).num_packs - lb == 4 and ways == [(True, 0), (True, 1)]
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0),))
     assert plan(a, 4096).num_packs - lb == 9
-    monkeypatch.setattr(refine, "EXACT_PAIRS_FIRST", (True, False))
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (False, 0)))
+    assert plan(a, 4096).num_packs - lb == 5
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (True, 1), (False, 0)))
     ways.clear()
     plan(_few_distinct(64_000, 32768, 999), 32768)
-    assert ways == [True]
+    assert ways == [(True, 0)]
+
+
+@needs_numba
+def test_a_tolerant_completion_is_taken_only_where_no_exact_one_is_left():
+    """Capacity 100, one sample of 61, one of 60 and three of 39. Exactly full: 39 + 61 once, nothing else.
+    With a token of tolerance: 39 (the most constrained: 4 completions for 3 samples) takes the exact 61 first,
+    though 60 would complete it a token short; then 39 + 60, a token short; one 39 is left."""
+    present = np.array([61, 60, 39], dtype=np.int64)
+    counts = np.array([1, 1, 3], dtype=np.int64)
+
+    def packs_of(tolerance):
+        pat_k, pat_end, ent_g, ent_n, left, _ = _exact_kernel.exact_patterns(
+            present, counts, 100, 1.0, 64, False, tolerance
+        )
+        starts = np.concatenate([[0], pat_end[:-1]]).astype(np.int64)
+        fills = np.add.reduceat(ent_n * present[ent_g], starts) if len(pat_k) else np.zeros(0)
+        return list(zip(fills.tolist(), pat_k.tolist(), strict=True)), left.tolist()
+
+    assert packs_of(0) == ([(100, 1)], [0, 1, 2])
+    assert packs_of(1) == ([(100, 1), (99, 1)], [0, 0, 1])
+
+
+@needs_numba
+def test_the_tolerant_way_reaches_the_target_where_the_exact_ways_miss(monkeypatch):
+    """64k samples of 999 distinct lengths at 2k (seed 1): LB + 2 (measured; the target is +5), the exact try's
+    tolerant way ending the stage. Control: with the exact ways only (as before it), +27. Both plans are
+    valid. With a max_per_pack that could bind (8), the tolerant way does not run (its rest's stage would
+    spend the budget the per-pack plan needs)."""
+    a = _few_distinct(64_000, 2048, 999, 1)
+    lb = _lb(a, 2048)
+    ways = []
+    real = _exact_kernel.exact_patterns
+    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: ways.append(args[5:7]) or real(*args))
+    p = plan(a, 2048)
+    assert (True, 1) in ways
+    ways.clear()
+    plan(a, 2048, max_per_pack=8)
+    assert ways and (True, 1) not in ways
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (False, 0)))
+    control = plan(a, 2048)
+    for q in (p, control):
+        order = q.order
+        assert np.array_equal(np.sort(order), np.arange(len(a)))
+        assert np.add.reduceat(a[order], q.offsets[:-1]).max() <= 2048
+    assert p.num_packs - lb <= 5 and control.num_packs - lb > 5
