@@ -448,7 +448,8 @@ def test_near_packs_bring_the_rest_within_the_target(monkeypatch):
     near-exact packs of four on that rest first bring it to LB + 2 (measured), and the tries then do not run.
     Control: PACKCFG_PLANNER_NEAR=off, LB + 6, the tries run. Where the rest's plan is within the target (600 distinct) or
     max_per_pack is 3, near_patterns is not called, nor where the rest has more than NEAR_MAX_LENGTHS lengths.
-    The exact ways only: with near-exact packs off, the tolerant way (EXACT_WAYS) would land LB + 5 itself."""
+    Stop 42's exact ways (the pairs first, then without): with near-exact packs off, the tolerant way would land
+    LB + 5 itself."""
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (False, 0)))
     a = _few_distinct(64_000, 2048, 999)
     lb = _lb(a, 2048)
@@ -510,11 +511,11 @@ def test_plans_with_near_packs_are_valid_and_never_worse(monkeypatch, n, distinc
 @needs_numba
 def test_where_the_pairs_first_miss_the_exact_packs_are_made_the_other_ways(monkeypatch):
     """64k samples of 800 distinct lengths at 4k (seed 1): with every exact pair first the exact try lands LB + 9
-    (measured; the target is +5); the try makes its packs again with a token of slack allowed (LB + 4, within
-    the target: the third way, without the pairs, is not tried) and keeps the better. Controls: with the pairs
-    first only, LB + 9; with the two exact ways only (before the tolerant one), LB + 5. Where the first way gives
-    up (64k samples of 999 distinct at 32k: its packs cover 0.31 of the volume, under EXACT_MIN_COVER), no
-    other is tried."""
+    (measured; the target is +5); the try makes its packs again with a token of slack allowed (LB + 4) and
+    keeps the better. Controls: with the pairs first only, LB + 9; with the exact packs without the pairs first
+    as the second way (stop 42's, which the tolerant one replaced), LB + 5. Where the first way gives up (64k
+    samples of 999 distinct at 32k: its packs cover 0.31 of the volume, under EXACT_MIN_COVER), no other is
+    tried."""
     a = _few_distinct(64_000, 4096, 800, 1)
     lb = _lb(a, 4096)
     ways = []
@@ -525,7 +526,7 @@ def test_where_the_pairs_first_miss_the_exact_packs_are_made_the_other_ways(monk
     assert plan(a, 4096).num_packs - lb == 9
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (False, 0)))
     assert plan(a, 4096).num_packs - lb == 5
-    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (True, 1), (False, 0)))
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (True, 1)))
     ways.clear()
     plan(_few_distinct(64_000, 32768, 999), 32768)
     assert ways == [(True, 0)]
@@ -554,7 +555,7 @@ def test_a_tolerant_completion_is_taken_only_where_no_exact_one_is_left():
 @needs_numba
 def test_the_tolerant_way_reaches_the_target_where_the_exact_ways_miss(monkeypatch):
     """64k samples of 999 distinct lengths at 2k (seed 1): LB + 2 (measured; the target is +5), the exact try's
-    tolerant way ending the stage. Control: with the exact ways only (as before it), +27. Both plans are
+    tolerant way ending the stage. Control: with stop 42's exact ways (the pairs first, then without), +27. Both plans are
     valid. With a max_per_pack that could bind (8), the tolerant way does not run (its rest's stage would
     spend the budget the per-pack plan needs)."""
     a = _few_distinct(64_000, 2048, 999, 1)

@@ -486,9 +486,9 @@ def _exact_try(
     a third of the capacity, so there are at most that many such packs, and at most as many with a longest
     sample u as capacity - u has completions that share no sample (_exact_kernel.packs_bound).
 
-    The exact packs are made once for each of EXACT_WAYS (with every exact pair first, then so again with
-    completions that may leave a token of slack, then without the pairs), until a plan has at most `reach`
-    packs or one gives up; the plan with the fewest is returned (_exact_plan). The tolerant way runs only
+    The exact packs are made once for each of EXACT_WAYS (every exact pair first, then so again with
+    completions that may leave a token of slack), until a plan has at most `reach` packs or one gives up; the
+    plan with the fewest is returned (_exact_plan). The tolerant way runs only
     where `tolerant` (no max_per_pack that could bind: with one, its rest's nested stage spent the budget that
     the per-pack plans need: 64k samples of 600 distinct at 2k, 8 a pack, +15 -> +37). A way runs only where
     `effort` has what its kernel costs left (EXACT_UNITS_PER_PAIR a pair of distinct lengths and a room
@@ -880,25 +880,26 @@ CHECK_MIN_WORK = 1 << 26
 # only under EXACT_MIN_COVER_LARGE (1M samples of 300 distinct at 128k, 0.013 covered: 82 -> 55 ms, +0 either
 # way; 0.2 would take 600 distinct at 128k, 0.12 covered, from 64 to 143 ms).
 EXACT_SHARE = 1.0
-# the exact packs with every exact pair (x + capacity - x) first, then (where that plan misses the target)
-# without: some best plan holds all those pairs (_exact_kernel's docstring), but what the heuristics then make
-# of the rest is not always better. 999 distinct at 2k: with the pairs first the exact packs and L2 of their
-# rest come to LB + 0 at 64k (LB + 9 without), and the plan with near-exact packs to +2 (the target is +5).
-# Drawn with other seeds (docs/packing.md, "What one seed hides"), the pairs first alone took 800 distinct at
-# 4k with 64k samples +5 -> +9 and 999 distinct at 2k with 150k +74 -> +84; the second try brings them back
-# (120 such inputs: 37 over the packs target before, 29 with the pairs first alone, 28 with both).
-# Between the two, the pairs first again with completions that may leave TOLERANCE tokens of slack (the least
-# slack a length has a completion at, exact where there is one: _exact_kernel's `tolerance`). The cutting-stock
-# LP's plans of the inputs where both exact ways miss hold few exact packs of a long sample and one other: 2,000
-# distinct at 2k with 30k samples, LB + 5 rounded, has 5,845 such pairs at 0.4-2.4 tokens of slack on average
-# (bfd: 7,327 at 1.8-6.1, and 791 long samples alone at 109). With 1 token, the 120 inputs above go from 29 to
-# 18 over the packs target, and over the time bar (warm) from 48-51 to 47 (where this way lands within the
-# target the tries do not run): 999 distinct at 2k seed 1 +27 / +74 -> +2 / +4, at 8k +8 / +21 -> +2 / +4, 800
-# distinct at 4k seed 2 +13 / +31 -> +2 / +5, 1,500 distinct at 8k seed 3 +6 / +6 -> +1 / +2 (64k / 150k
-# samples). Third rather than second: 20 over (2 tokens second: 19 over but 56 over the time bar, the
-# tolerant way paying its cost before the second exact one); the ratio table's plans are the same with it
-# (seed 7: where both exact ways miss there, this one misses too)
-EXACT_WAYS = ((True, 0), (True, 1), (False, 0))  # (pairs_first, tolerance) each
+# The exact try's ways, (pairs_first, tolerance) each, in order until one lands within the target. First every
+# exact pair (x + capacity - x), then the most constrained order: some best plan holds all those pairs
+# (_exact_kernel's docstring), and on 999 distinct at 2k the exact packs and L2 of their rest come to LB + 0 at
+# 64k (LB + 9 without), the plan with near-exact packs to +2 (the target is +5). Where that misses, the same
+# with completions that may leave a token of slack (the least slack a length has a completion at, exact where
+# there is one: _exact_kernel's `tolerance`), where no max_per_pack could bind (_exact_try's `tolerant`). The
+# cutting-stock LP's plans of the inputs where the exact packs miss hold few exact packs of a long sample and one
+# other: 2,000 distinct at 2k with 30k samples (LP bound LB + 4, its plan LB + 5) has 5,845 such pairs at 0.4-2.4
+# tokens of slack on average, where bfd has 7,327 at 1.8-6.1 and 791 long samples alone at 109. On the 120
+# inputs of docs/packing.md's "What one seed hides" (seeds 1-3, 400-1,500 distinct, 64k / 150k samples, 2k-128k)
+# this way took the rows over the packs target from 29 to 18: 999 distinct at 2k seed 1 +27 / +74 -> +2 / +4,
+# seed 3 +10 / +12 -> +1 / +3, at 8k seed 1 +8 / +21 -> +2 / +4, 800 distinct at 4k seed 2 +13 / +31 -> +2 / +5,
+# 1,500 distinct at 8k seed 3 +6 / +6 -> +1 / +2 (64k / 150k samples), faster there (the tries then do not run:
+# 20.7 -> 12.2 ms on the first). It replaced the second way of stop 42, the exact packs without the pairs first
+# (800 distinct at 4k seed 1 with 64k samples: +9 with the pairs first, +5 without, +4 with a token): after the
+# tolerant way that one changed no plan of the 120 inputs, the ratio table (190 rows), the 100 rows at 131,071 /
+# 262,143 samples or the per-pack table, and cost 2.5-5.6 ms where it ran (999 distinct at 4k seed 2 with 64k
+# samples 11.9 -> 8.9 ms). 2 tokens: 19 over the packs target, but a costlier kernel (1 + tolerance rooms a
+# length) and 56 rows over the time bar against 47-53
+EXACT_WAYS = ((True, 0), (True, 1))  # (pairs_first, tolerance) each
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
 # four samples first, each within capacity >> NEAR_SLACK_SHIFT tokens of full (8 at 2k), most constrained
 # length first (_exact_kernel._near; docs/packing.md, "Every exact pair first; near-exact packs of four on the
