@@ -20,11 +20,15 @@ change: conv(c + d) = conv(c) + 2 conv(c, d) + conv(d, d)). Take the length with
 (the most constrained, as in exact-cover search), complete it with the single sample if there is one, else
 with the pair whose rarer length has the most samples left, and apply that exactly full pack to as many samples
 as `share` of the rarest of its lengths allows (at least once). A length with no completion left is set aside
-for best fit. With `tolerance` t > 0 a completion may leave up to t tokens of slack: a length's completions are
-counted over capacity - v - s for s in 0..t, and it is completed at the least s that has one (exact where it
-can be); planning.refine makes such packs with t = 1 where the exact ones miss (the cutting-stock LP's plans
-of those inputs pair long samples at a token or two of slack). docs/packing.md, "The lead: most constrained first", has what this order does that best fit's
+for best fit. docs/packing.md, "The lead: most constrained first", has what this order does that best fit's
 does not; `bench/most_constrained.py` keeps the NumPy reference.
+
+With `tolerance` t > 0 a completion may leave up to t tokens of slack: a length's completions are counted over
+capacity - v - s for s in 0..t, and it is completed at the least s that has one (exact where it can be);
+planning.refine makes such packs with t = 1 where the exact ones miss (the cutting-stock LP's plans of those
+inputs pair long samples with one other at a token or two of slack). The counts stay within the integer
+comparison's range: every ordered pair sums to one room, so a length's completions over all its rooms are at
+most N**2 + 2 N + 1, as with t = 0.
 """
 
 from __future__ import annotations

@@ -488,11 +488,11 @@ def _exact_try(
 
     The exact packs are made once for each of EXACT_WAYS (every exact pair first, then so again with
     completions that may leave a token of slack), until a plan has at most `reach` packs or one gives up; the
-    plan with the fewest is returned (_exact_plan). The tolerant way runs only
-    where `tolerant` (no max_per_pack that could bind: with one, its rest's nested stage spent the budget that
-    the per-pack plans need: 64k samples of 600 distinct at 2k, 8 a pack, +15 -> +37). A way runs only where
-    `effort` has what its kernel costs left (EXACT_UNITS_PER_PAIR a pair of distinct lengths and a room
-    counted: the kernel goes over every length for each pattern, and makes about one pattern a length)."""
+    plan with the fewest is returned (_exact_plan). The tolerant way runs only where `tolerant` (no
+    max_per_pack that could bind: with one, its rest's nested stage spent the budget that the per-pack plans
+    need: 64k samples of 600 distinct at 2k, 8 a pack, +15 -> +37). A way runs only where `effort` has what
+    its kernel costs left (EXACT_UNITS_PER_PAIR a pair of distinct lengths and a room counted: the kernel goes
+    over every length for each pattern, and makes about one pattern a length)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -551,12 +551,12 @@ def _exact_plan(
     tolerance: int = 0,
 ) -> Packing | None:
     """_exact_try's plan with the exact pairs first or not, and completions within `tolerance` tokens of
-    slack. Where the plan of the exact packs and their rest
-    has more than `reach` packs and `near` (packs of four samples allowed), the rest is planned again,
-    near-exact packs of up to four samples first (_exact_kernel.near_patterns, within capacity >>
-    NEAR_SLACK_SHIFT of full), and the plan with fewer packs is returned. `covered`: the volume the exact
-    packs must hold (EXACT_MIN_COVER of all). The near-exact packs run only where `effort` has their cost left
-    (NEAR_UNITS_PER_CUBE times the cube of the rest's distinct lengths)."""
+    slack. Where the plan of the exact packs and their rest has more than `reach` packs and `near` (packs of
+    four samples allowed), the rest is planned again, near-exact packs of up to four samples first
+    (_exact_kernel.near_patterns, within capacity >> NEAR_SLACK_SHIFT of full), and the plan with fewer packs
+    is returned. `covered`: the volume the exact packs must hold (EXACT_MIN_COVER of all). The near-exact packs
+    run only where `effort` has their cost left (NEAR_UNITS_PER_CUBE times the cube of the rest's distinct
+    lengths)."""
     from packcfg.packing import _exact_kernel
 
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
