@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcfg.packing._refine_kernel import compiled
+from packcfg.packing._refine_kernel import compiled, inlined
 
 # Under this many samples the kernel compares completions per sample as integer cross products, exact and a
 # quarter faster than dividing (1M samples of 999 distinct at 2k: 3.4 -> 2.5 ms, the same packs on 120 inputs):
@@ -64,6 +64,72 @@ def _pack_of(lengths, per_pack, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
                 per_pack[i] += 1
                 break
     return m
+
+
+@inlined
+def _most_constrained(nz, m_nz, cnt, aside, pair_sums, capacity, exact_compare, tolerance, tolerant):  # type: ignore[no-untyped-def]
+    """The length with the fewest completions per sample (the first minimum, ascending), or -1, and how many
+    lengths have samples left: nz[:m_nz] is compacted to them as it goes. A length with no completion is set
+    aside. `tolerant` (a constant at each call site, inlined): count completions leaving 1..tolerance tokens."""
+    v = -1
+    best_num = 0  # the fewest completions per sample so far: best_num / best_den (= best)
+    best_den = 1
+    best = 0.0
+    k = 0
+    for i in range(m_nz):
+        u = nz[i]
+        if cnt[u] == 0:
+            continue
+        nz[k] = u
+        k += 1
+        if aside[u]:
+            continue
+        room = capacity - u
+        num = pair_sums[room] + 2 * cnt[room]
+        if tolerant:
+            for s in range(1, min(tolerance, room) + 1):  # completions leaving s tokens (room - s >= 0)
+                num += pair_sums[room - s] + 2 * cnt[room - s] + (1 if s == room else 0)
+        if num == 0 and room > 0:
+            # no completion: such a length is the minimum (0) before any other is taken, and set aside
+            # then; counts only fall, so it is set aside now, in one scan rather than one each
+            aside[u] = True
+            continue
+        if v < 0:
+            fewer = True
+        elif exact_compare:  # num / cnt[u] < best_num / best_den in integers (EXACT_COMPARE_MAX_ITEMS)
+            fewer = num * best_den < best_num * cnt[u]
+        else:
+            fewer = num / cnt[u] < best
+        if fewer:
+            best_num = num
+            best_den = cnt[u]
+            best = num / best_den
+            v = u
+    return v, k
+
+
+@compiled
+def _completion(cnt, nz, m_nz, room):  # type: ignore[no-untyped-def]
+    """A completion of `room` tokens: (-2, -1) where room is 0 (the sample fills its pack alone), (y, -1) for a
+    single sample of it, (x, y) for the pair x + y = room whose rarer length has the most samples left (x
+    smallest among equals), (-1, -1) for none."""
+    if room == 0:
+        return -2, -1
+    if cnt[room] > 0:
+        return room, -1
+    most = -1
+    f0 = -1
+    f1 = -1
+    for i in range(m_nz):
+        x = nz[i]
+        if 2 * x > room:
+            break
+        y = room - x
+        if cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
+            most = min(cnt[x], cnt[y])
+            f0 = x
+            f1 = y
+    return f0, f1
 
 
 @compiled
@@ -133,64 +199,22 @@ def _exact(
     per_pack = np.zeros(4, np.int64)
     delta = np.zeros(4, np.int64)
     while True:
-        v = -1
-        best_num = 0  # the fewest completions per sample so far: best_num / best_den (= best)
-        best_den = 1
-        best = 0.0
-        k = 0
-        for i in range(m_nz):  # the first minimum, ascending; compacting away lengths used up
-            u = nz[i]
-            if cnt[u] == 0:
-                continue
-            nz[k] = u
-            k += 1
-            if aside[u]:
-                continue
-            room = capacity - u
-            num = pair_sums[room] + 2 * cnt[room]
-            for s in range(1, min(tolerance, room) + 1):  # completions leaving s tokens (room - s >= 0)
-                num += pair_sums[room - s] + 2 * cnt[room - s] + (1 if s == room else 0)
-            if num == 0 and room > 0:
-                # no completion: such a length is the minimum (0) before any other is taken, and set aside
-                # then; counts only fall, so it is set aside now, in one scan rather than one each
-                aside[u] = True
-                continue
-            if v < 0:
-                fewer = True
-            elif exact_compare:  # num / cnt[u] < best_num / best_den in integers (EXACT_COMPARE_MAX_ITEMS)
-                fewer = num * best_den < best_num * cnt[u]
-            else:
-                fewer = num / cnt[u] < best
-            if fewer:
-                best_num = num
-                best_den = cnt[u]
-                best = num / best_den
-                v = u
-        m_nz = k
+        # the scan, with the tolerance's rooms compiled in or out (a constant at each call: a branch in the
+        # loop cost the exact ways 5-10%)
+        if tolerance:
+            v, m_nz = _most_constrained(
+                nz, m_nz, cnt, aside, pair_sums, capacity, exact_compare, tolerance, True
+            )
+        else:
+            v, m_nz = _most_constrained(nz, m_nz, cnt, aside, pair_sums, capacity, exact_compare, 0, False)
         if v < 0 or n_pat == pat_k.shape[0]:
             return n_pat, n_ent, packs
         cnt[v] -= 1
-        f0 = -1
-        f1 = -1
-        for s in range(min(tolerance, capacity - v) + 1):  # the least slack s with a completion
-            room = capacity - v - s
-            if room == 0:
-                f0 = -2  # the sample fills its pack alone
-            elif cnt[room] > 0:
-                f0 = room
-            else:
-                most = -1
-                for i in range(m_nz):
-                    x = nz[i]
-                    if 2 * x > room:
-                        break
-                    y = room - x
-                    if cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
-                        most = min(cnt[x], cnt[y])
-                        f0 = x
-                        f1 = y
-            if f0 != -1:
-                break
+        f0, f1 = _completion(cnt, nz, m_nz, capacity - v)
+        s = 0
+        while f0 == -1 and s < min(tolerance, capacity - v):  # the least slack s with a completion
+            s += 1
+            f0, f1 = _completion(cnt, nz, m_nz, capacity - v - s)
         cnt[v] += 1
         if f0 == -1:
             aside[v] = True
