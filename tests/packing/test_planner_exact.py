@@ -13,6 +13,7 @@ from packcfg.packing.planner import plan
 from packcfg.packing.planning import refine
 from tests.packing.test_planner_refine import (
     SMALL_INPUTS,
+    _bfd_only,
     _check_forced,
     _check_forced_plan,
     _few_distinct,
@@ -575,3 +576,35 @@ def test_the_tolerant_way_reaches_the_target_where_the_exact_ways_miss(monkeypat
         assert np.array_equal(np.sort(order), np.arange(len(a)))
         assert np.add.reduceat(a[order], q.offsets[:-1]).max() <= 2048
     assert p.num_packs - lb <= 5 and control.num_packs - lb > 5
+
+
+@needs_numba
+def test_near_the_target_the_tries_run_before_the_exact_try(monkeypatch):
+    """64k samples of 999 distinct lengths at 32k (seed 1): bfd is LB + 6 and the target LB + 5 (measured), within
+    EXACT_LATE_OVER of it, so the tries run first; they land within the target and the exact kernel is never
+    called. Control: with the exact try first (EXACT_LATE_OVER -1) its kernel runs. Where the tries miss (1,500
+    distinct, seed 1: bfd + 9, the tries + 6, with EXACT_LATE_OVER 4), the exact try runs after them and its
+    plan is kept (+ 3)."""
+    a = _few_distinct(64_000, 32768, 999, 1)
+    lb = _lb(a, 32768)
+    calls = []
+    real = _exact_kernel.exact_patterns
+    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: calls.append(1) or real(*args))
+    assert _bfd_only(a, 32768).num_packs - lb == 6
+    p = plan(a, 32768)
+    assert p.num_packs - lb <= 5 and not calls
+    monkeypatch.setattr(refine, "EXACT_LATE_OVER", -1)
+    plan(a, 32768)
+    assert calls
+    b = _few_distinct(64_000, 32768, 1500, 1)
+    lb = _lb(b, 32768)
+    monkeypatch.setattr(refine, "EXACT_LATE_OVER", 4)
+    monkeypatch.setenv("PACKCFG_PLANNER_EXACT", "off")
+    assert plan(b, 32768).num_packs - lb == 6
+    monkeypatch.delenv("PACKCFG_PLANNER_EXACT")
+    calls.clear()
+    q = plan(b, 32768)
+    order = q.order
+    assert calls and q.num_packs - lb == 3
+    assert np.array_equal(np.sort(order), np.arange(len(b)))
+    assert np.add.reduceat(b[order], q.offsets[:-1]).max() <= 32768

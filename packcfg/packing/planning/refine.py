@@ -377,13 +377,17 @@ def refine(
             effort,
         )
 
-    if (
+    # the exact try: before the tries, or after them where bfd is within EXACT_LATE_OVER of the target
+    exact_ok = (
         not nested
         and k_max >= 3
         and len(present) <= EXACT_MAX_DISTINCT
         and not switched_off("PACKCFG_PLANNER_EXACT")
-    ):  # the exact try first: a plan of it within the target ends the stage (the tries cost as much again)
-        exact = _exact_try(
+    )
+    exact_late = packs - goal <= EXACT_LATE_OVER and len(a) < STOP_AT_LB_ITEMS
+
+    def exact_try() -> Packing | None:
+        return _exact_try(
             a,
             capacity,
             present,
@@ -395,6 +399,9 @@ def refine(
             k_max >= 4,
             k_max >= len(a),
         )
+
+    if exact_ok and not exact_late:
+        exact = exact_try()
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
             if best_packs <= goal:
@@ -450,6 +457,10 @@ def refine(
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
             best_packs = len(best.offsets) - 1
+    if exact_ok and exact_late and best_packs > goal and not effort.spent():
+        exact = exact_try()
+        if exact is not None and len(exact.offsets) - 1 < best_packs:
+            best, best_packs = exact, len(exact.offsets) - 1
     # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal, and at
     # most ELIMINATE_MAX_OVER over the target; below STOP_AT_LB_ITEMS items only where one pack is missing:
     # there its budget (about 1M operations) saved at most one pack on any row measured (64k samples: 600
@@ -880,6 +891,15 @@ CHECK_MIN_WORK = 1 << 26
 # only under EXACT_MIN_COVER_LARGE (1M samples of 300 distinct at 128k, 0.013 covered: 82 -> 55 ms, +0 either
 # way; 0.2 would take 600 distinct at 128k, 0.12 covered, from 64 to 143 ms).
 EXACT_SHARE = 1.0
+# Where bfd's plan is at most this many packs over the target, the tries run first and the exact try only where
+# they miss: a few packs to save is what try 1 does for a fraction of the exact try, whose rest is then most
+# of the input (64k samples of 999 distinct at 32k, seeds 1-3: bfd +6 / +8 / +7 over LB, the target +5; the
+# exact try first +2 / +1 / +3 in 10.7-11.6 ms, the tries first +4 / +5 / +4 in 5.5-5.7 ms; 150k samples of
+# 1,500 distinct at 128k, seeds 1 / 2: +5 either way, 15.4 / 14.6 -> 11.2 / 10.5 ms, where the exact try gave
+# up on the cover after its kernel). 4 took 64k samples of 1,500 distinct at 32k (bfd 4 over) from 15-16 to
+# 23-25 ms: the tries miss there (+6 / +7 / +7) and the exact try runs after them. Below STOP_AT_LB_ITEMS only:
+# from there the tries go on to LB, and the exact try first ends the stage at the target.
+EXACT_LATE_OVER = 3
 # The exact try's ways, (pairs_first, tolerance) each, in order until one lands within the target. First every
 # exact pair (x + capacity - x), then the most constrained order: some best plan holds all those pairs
 # (_exact_kernel's docstring), and on 999 distinct at 2k the exact packs and L2 of their rest come to LB + 0 at
