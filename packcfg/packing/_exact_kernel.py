@@ -23,6 +23,13 @@ as `share` of the rarest of its lengths allows (at least once). A length with no
 for best fit. docs/packing.md, "The lead: most constrained first", has what this order does that best fit's
 does not; `bench/most_constrained.py` keeps the NumPy reference.
 
+With `disjoint`, a length's completions by two samples are counted as those that share no sample (over the
+pairs x + y of its room, min(cnt[x], cnt[y]); cnt[x] // 2 where x = y), not as products of counts: a length
+with thousands of samples may have millions of pairs that sum to its room and too few that share no sample to
+complete each of its samples once (64k samples of 800 distinct at 2k, seed 3: 1,510, with 4,501 samples, has
+1.75M ordered pairs and 4,208 that share none). The sums follow the counts exactly as packs are taken
+(`_update_disjoint`); planning.refine makes such packs once more where the plan is still over its target.
+
 With `tolerance` t > 0 a completion may leave up to t tokens of slack: a length's completions are counted over
 capacity - v - s for s in 0..t, and it is completed at the least s that has one (exact where it can be);
 planning.refine makes such packs with t = 1 where the exact ones miss (the cutting-stock LP's plans of those
@@ -67,7 +74,7 @@ def _pack_of(lengths, per_pack, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
 
 
 @inlined
-def _most_constrained(nz, m_nz, cnt, aside, pair_sums, capacity, exact_compare, tolerance, tolerant):  # type: ignore[no-untyped-def]
+def _most_constrained(nz, m_nz, cnt, aside, pair_sums, single, capacity, exact_compare, tolerance, tolerant):  # type: ignore[no-untyped-def]
     """The length with the fewest completions per sample (the first minimum, ascending), or -1, and how many
     lengths have samples left: nz[:m_nz] is compacted to them as it goes. A length with no completion is set
     aside. `tolerant` (a constant at each call site, inlined): count completions leaving 1..tolerance tokens."""
@@ -85,10 +92,10 @@ def _most_constrained(nz, m_nz, cnt, aside, pair_sums, capacity, exact_compare, 
         if aside[u]:
             continue
         room = capacity - u
-        num = pair_sums[room] + 2 * cnt[room]
+        num = pair_sums[room] + single * cnt[room]
         if tolerant:
             for s in range(1, min(tolerance, room) + 1):  # completions leaving s tokens (room - s >= 0)
-                num += pair_sums[room - s] + 2 * cnt[room - s] + (1 if s == room else 0)
+                num += pair_sums[room - s] + single * cnt[room - s] + (1 if s == room else 0)
         if num == 0 and room > 0:
             # no completion: such a length is the minimum (0) before any other is taken, and set aside
             # then; counts only fall, so it is set aside now, in one scan rather than one each
@@ -132,9 +139,48 @@ def _completion(cnt, nz, m_nz, room):  # type: ignore[no-untyped-def]
     return f0, f1
 
 
+@inlined
+def _update_disjoint(cnt, sums, nz, m_nz, lengths, per_pack, m, times, olds, news):  # type: ignore[no-untyped-def]
+    """A pack of lengths[:m] (per_pack[:m] samples each) applied `times` times: the counts fall, and sums[t], the
+    completions of t that share no sample (over the unordered pairs x + y = t, min(cnt[x], cnt[y]); cnt[x] // 2
+    where x = y), follow them. One pass over the lengths for every length of the pack, each pair with a length
+    y counted at y's old count, then the pairs within the pack set right."""
+    for i in range(m):
+        olds[i] = cnt[lengths[i]]
+        news[i] = olds[i] - times * per_pack[i]
+    for j in range(m_nz):
+        y = nz[j]
+        c = cnt[y]
+        for i in range(m):
+            sums[lengths[i] + y] += min(news[i], c) - min(olds[i], c)
+    for i in range(m):
+        li = lengths[i]
+        # y = li itself was counted as a pair of two samples at min(new, old) - old
+        sums[2 * li] += news[i] // 2 - olds[i] // 2 - (news[i] - olds[i])
+        for j in range(i + 1, m):
+            lj = lengths[j]
+            counted = (min(news[i], olds[j]) - min(olds[i], olds[j])) + (
+                min(news[j], olds[i]) - min(olds[j], olds[i])
+            )
+            sums[li + lj] += min(news[i], news[j]) - min(olds[i], olds[j]) - counted
+    for i in range(m):
+        cnt[lengths[i]] = news[i]
+
+
 @compiled
 def _exact(
-    present, counts, capacity, share, exact_compare, pairs_first, tolerance, pat_k, pat_end, ent_g, ent_n
+    present,
+    counts,
+    capacity,
+    share,
+    exact_compare,
+    pairs_first,
+    tolerance,
+    disjoint,
+    pat_k,
+    pat_end,
+    ent_g,
+    ent_n,
 ):  # type: ignore[no-untyped-def]
     n = capacity + 1
     cnt = np.zeros(n, np.int64)
@@ -189,24 +235,40 @@ def _exact(
             nz[m_nz] = length
             m_nz += 1
     pair_sums = np.zeros(2 * n, np.int64)
-    for i in range(m_nz):  # ordered pairs: each unordered one twice, i with itself once (half the products)
-        x = nz[i]
-        c = cnt[x]
-        pair_sums[2 * x] += c * c
-        for j in range(i + 1, m_nz):
-            pair_sums[x + nz[j]] += 2 * c * cnt[nz[j]]
+    # a room's completions by two samples: ordered products of counts, or (`disjoint`) those that share no
+    # sample, min(cnt[x], cnt[y]) an unordered pair and cnt[x] // 2 for x + x; by one: `single` a sample
+    if disjoint:
+        single = 1
+        for i in range(m_nz):
+            x = nz[i]
+            pair_sums[2 * x] += cnt[x] // 2
+            for j in range(i + 1, m_nz):
+                pair_sums[x + nz[j]] += min(cnt[x], cnt[nz[j]])
+    else:
+        single = 2
+        # ordered pairs: each unordered one twice, i with itself once (half the products)
+        for i in range(m_nz):
+            x = nz[i]
+            c = cnt[x]
+            pair_sums[2 * x] += c * c
+            for j in range(i + 1, m_nz):
+                pair_sums[x + nz[j]] += 2 * c * cnt[nz[j]]
     lengths = np.zeros(4, np.int64)
     per_pack = np.zeros(4, np.int64)
     delta = np.zeros(4, np.int64)
+    olds = np.zeros(4, np.int64)
+    news = np.zeros(4, np.int64)
     while True:
         # the scan, with the tolerance's rooms compiled in or out (a constant at each call: a branch in the
         # loop cost the exact ways 5-10%)
         if tolerance:
             v, m_nz = _most_constrained(
-                nz, m_nz, cnt, aside, pair_sums, capacity, exact_compare, tolerance, True
+                nz, m_nz, cnt, aside, pair_sums, single, capacity, exact_compare, tolerance, True
             )
         else:
-            v, m_nz = _most_constrained(nz, m_nz, cnt, aside, pair_sums, capacity, exact_compare, 0, False)
+            v, m_nz = _most_constrained(
+                nz, m_nz, cnt, aside, pair_sums, single, capacity, exact_compare, 0, False
+            )
         if v < 0 or n_pat == pat_k.shape[0]:
             return n_pat, n_ent, packs
         cnt[v] -= 1
@@ -226,18 +288,22 @@ def _exact(
         times = max(1, int(share * rarest))
         for i in range(m):
             times = min(times, cnt[lengths[i]] // per_pack[i])
-        for i in range(m):
-            delta[i] = -2 * times * per_pack[i]  # what a pair with one sample of the rest loses, per sample
-        for j in range(m_nz):  # one pass for the pack's lengths (a count of 0 adds nothing)
-            y = nz[j]
-            c = cnt[y]
+        if disjoint:
+            _update_disjoint(cnt, pair_sums, nz, m_nz, lengths, per_pack, m, times, olds, news)
+        else:
+            for i in range(m):  # what a pair with one sample of the rest loses, per sample
+                delta[i] = -2 * times * per_pack[i]
+            for j in range(m_nz):  # one pass for the pack's lengths (a count of 0 adds nothing)
+                y = nz[j]
+                c = cnt[y]
+                for i in range(m):
+                    pair_sums[lengths[i] + y] += delta[i] * c
             for i in range(m):
-                pair_sums[lengths[i] + y] += delta[i] * c
+                for j in range(m):
+                    pair_sums[lengths[i] + lengths[j]] += times * per_pack[i] * times * per_pack[j]
+            for i in range(m):
+                cnt[lengths[i]] -= times * per_pack[i]
         for i in range(m):
-            for j in range(m):
-                pair_sums[lengths[i] + lengths[j]] += times * per_pack[i] * times * per_pack[j]
-        for i in range(m):
-            cnt[lengths[i]] -= times * per_pack[i]
             ent_g[n_ent] = group[lengths[i]]
             ent_n[n_ent] = per_pack[i]
             n_ent += 1
@@ -522,6 +588,7 @@ def exact_patterns(
     max_patterns: int,
     pairs_first: bool = True,
     tolerance: int = 0,
+    disjoint: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The exact packs on the histogram (present: distinct lengths, each <= capacity; counts: samples of
     each), at most `max_patterns` patterns: (pat_k, pat_end, ent_g, ent_n, left, packs) in the form
@@ -543,6 +610,7 @@ def exact_patterns(
         exact_compare,
         pairs_first,
         int(tolerance),
+        bool(disjoint),
         pat_k,
         pat_end,
         ent_g,

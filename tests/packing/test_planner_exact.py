@@ -23,6 +23,14 @@ from tests.packing.test_planner_refine import (
 needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stage needs numba")
 
 
+def _record_ways(monkeypatch):
+    """The exact kernel's ways as the planner calls it, (pairs_first, tolerance, disjoint) each, in order."""
+    ways = []
+    real = _exact_kernel.exact_patterns
+    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: ways.append(args[5:8]) or real(*args))
+    return ways
+
+
 @needs_numba
 @settings(max_examples=40, deadline=None)
 @given(
@@ -31,17 +39,19 @@ needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stag
     share=st.sampled_from([0.1, 0.5, 1.0]),
     tolerance=st.sampled_from([0, 0, 1, 2, 5]),
     pairs_first=st.booleans(),
+    disjoint=st.booleans(),
 )
 def test_exact_packs_are_within_their_tolerance_and_take_what_there_is(
-    counts, capacity, share, tolerance, pairs_first
+    counts, capacity, share, tolerance, pairs_first, disjoint
 ):
     """Every pattern fills its pack to within `tolerance` tokens of the capacity (exactly, with 0), never past
-    it, and the patterns plus what is left are the histogram."""
+    it, and the patterns plus what is left are the histogram; with completions counted as products of counts or
+    as those that share no sample."""
     present = np.arange(len(counts), dtype=np.int64)[::-1] * (capacity // len(counts) or 1) % (capacity + 1)
     present, first = np.unique(present, return_index=True)
     counts = np.asarray(counts, dtype=np.int64)[first]
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
-        present, counts, capacity, share, 64 * (len(present) + 16), pairs_first, tolerance
+        present, counts, capacity, share, 64 * (len(present) + 16), pairs_first, tolerance, disjoint
     )
     starts = np.concatenate([[0], pat_end[:-1]]).astype(np.int64)
     if len(pat_k):
@@ -109,7 +119,7 @@ def test_where_the_exact_packs_cannot_reach_the_target_the_rest_is_not_planned(m
     short samples, and they and L2 of what they leave are LB + 9 (measured), past the target (LB + 5). The try
     gives up there without planning the rest. Control: with room to LB + 50 it plans the rest, and that plan
     has at least LB + 6 packs."""
-    monkeypatch.setattr(refine, "EXACT_WAYS", ((False, 0),))
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((False, 0, False),))
     a = _few_distinct(64_000, 2048, 999)
     p, rests, lb = _exact_try_on(a, 2048, lambda lb: lb + 5)
     assert p is None and not rests
@@ -450,8 +460,9 @@ def test_near_packs_bring_the_rest_within_the_target(monkeypatch):
     Control: PACKCFG_PLANNER_NEAR=off, LB + 6, the tries run. Where the rest's plan is within the target (600 distinct) or
     max_per_pack is 3, near_patterns is not called, nor where the rest has more than NEAR_MAX_LENGTHS lengths.
     Stop 42's exact ways (the pairs first, then without): with near-exact packs off, the tolerant way would land
-    LB + 5 itself."""
-    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (False, 0)))
+    LB + 5 itself; and no exact ways again after the tries (EXACT_WAYS_AGAIN), which would find that too."""
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (False, 0, False)))
+    monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())
     a = _few_distinct(64_000, 2048, 999)
     lb = _lb(a, 2048)
     calls = []
@@ -519,18 +530,17 @@ def test_where_the_pairs_first_miss_the_exact_packs_are_made_the_other_ways(monk
     tried."""
     a = _few_distinct(64_000, 4096, 800, 1)
     lb = _lb(a, 4096)
-    ways = []
-    real = _exact_kernel.exact_patterns
-    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: ways.append(args[5:7]) or real(*args))
-    assert plan(a, 4096).num_packs - lb == 4 and ways == [(True, 0), (True, 1)]
-    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0),))
+    ways = _record_ways(monkeypatch)
+    assert plan(a, 4096).num_packs - lb == 4 and ways == [(True, 0, False), (True, 1, False)]
+    monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())  # the controls: these ways only
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False),))
     assert plan(a, 4096).num_packs - lb == 9
-    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (False, 0)))
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (False, 0, False)))
     assert plan(a, 4096).num_packs - lb == 5
-    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (True, 1)))
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (True, 1, False)))
     ways.clear()
     plan(_few_distinct(64_000, 32768, 999), 32768)
-    assert ways == [(True, 0)]
+    assert ways == [(True, 0, False)]
 
 
 @needs_numba
@@ -561,15 +571,14 @@ def test_the_tolerant_way_reaches_the_target_where_the_exact_ways_miss(monkeypat
     spend the budget the per-pack plan needs)."""
     a = _few_distinct(64_000, 2048, 999, 1)
     lb = _lb(a, 2048)
-    ways = []
-    real = _exact_kernel.exact_patterns
-    monkeypatch.setattr(_exact_kernel, "exact_patterns", lambda *args: ways.append(args[5:7]) or real(*args))
+    ways = _record_ways(monkeypatch)
     p = plan(a, 2048)
-    assert (True, 1) in ways
+    assert (True, 1, False) in ways
     ways.clear()
     plan(a, 2048, max_per_pack=8)
-    assert ways and (True, 1) not in ways
-    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0), (False, 0)))
+    assert ways and (True, 1, False) not in ways
+    monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (False, 0, False)))
+    monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())  # the control: stop 42's ways only
     control = plan(a, 2048)
     for q in (p, control):
         order = q.order
@@ -608,3 +617,145 @@ def test_near_the_target_the_tries_run_before_the_exact_try(monkeypatch):
     assert calls and q.num_packs - lb == 3
     assert np.array_equal(np.sort(order), np.arange(len(b)))
     assert np.add.reduceat(b[order], q.offsets[:-1]).max() <= 32768
+
+
+def _disjoint_reference(present, counts, capacity, share, pairs_first, tolerance):
+    """The exact packs with completions counted as those that share no sample, recounted from the counts at
+    every step (Python): [(lengths of the pack, times)], the counts left. The kernel keeps those counts up to
+    date pack by pack instead; the order, the ties and the completions are the kernel's (_exact_kernel)."""
+    cnt = [0] * (capacity + 1)
+    for v, c in zip(present.tolist(), counts.tolist(), strict=True):
+        cnt[v] = c
+    packs = []
+    if pairs_first:
+        for x in sorted(present.tolist(), reverse=True):
+            y = capacity - x
+            if y > x or cnt[x] == 0:
+                continue
+            times = cnt[x] if y == 0 else cnt[x] // 2 if y == x else min(cnt[x], cnt[y])
+            if times:
+                packs.append(((x,) if y == 0 else (x, y), times))
+                cnt[x] -= times
+                if y:
+                    cnt[y] -= times
+
+    def disjoint(t):  # the pairs x + y = t that share no sample
+        return sum(cnt[x] // 2 if 2 * x == t else min(cnt[x], cnt[t - x]) for x in range(0, t // 2 + 1))
+
+    def completion(room):
+        if room == 0:
+            return ()
+        if cnt[room] > 0:
+            return (room,)
+        found, most = None, -1
+        for x in range(room // 2 + 1):
+            y = room - x
+            if cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
+                found, most = (x, y), min(cnt[x], cnt[y])
+        return found
+
+    aside = set()
+    while True:
+        best = None  # (completions, samples, length): the first minimum of completions per sample, ascending
+        for u in range(capacity + 1):
+            if cnt[u] == 0 or u in aside:
+                continue
+            room = capacity - u
+            num = disjoint(room) + cnt[room]
+            for s in range(1, min(tolerance, room) + 1):
+                num += disjoint(room - s) + cnt[room - s] + (1 if s == room else 0)
+            if num == 0 and room > 0:
+                aside.add(u)
+                continue
+            if best is None or num * best[1] < best[0] * cnt[u]:
+                best = (num, cnt[u], u)
+        if best is None:
+            return packs, cnt
+        v = best[2]
+        cnt[v] -= 1
+        s, fill = 0, completion(capacity - v)
+        while fill is None and s < min(tolerance, capacity - v):
+            s += 1
+            fill = completion(capacity - v - s)
+        cnt[v] += 1
+        if fill is None:
+            aside.add(v)
+            continue
+        pack = (v, *fill)
+        times = max(1, int(share * min(cnt[x] for x in pack)))
+        for x in set(pack):
+            times = min(times, cnt[x] // pack.count(x))
+        for x in pack:
+            cnt[x] -= times
+        packs.append((pack, times))
+
+
+@needs_numba
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 30), min_size=1, max_size=40),
+    capacity=st.integers(30, 200),
+    share=st.sampled_from([0.1, 1.0]),
+    tolerance=st.sampled_from([0, 1, 2]),
+    pairs_first=st.booleans(),
+    step=st.integers(1, 7),
+)
+def test_the_disjoint_counts_follow_the_samples(counts, capacity, share, tolerance, pairs_first, step):
+    """Completions counted as those that share no sample: the kernel's packs are the reference's, which
+    recounts them from the samples left at every step. Control: the products of counts (the default) make other
+    packs on some of these histograms (checked below on one)."""
+    present = np.unique(np.arange(len(counts), dtype=np.int64) * step % (capacity + 1))
+    counts = np.asarray(counts, dtype=np.int64)[: len(present)]
+    present, counts = present[::-1].copy(), counts[: len(present)][::-1].copy()
+    pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
+        present, counts, capacity, share, 64 * (len(present) + 16), pairs_first, tolerance, True
+    )
+    want, cnt = _disjoint_reference(present, counts, capacity, share, pairs_first, tolerance)
+    starts = np.concatenate([[0], pat_end[:-1]]).astype(np.int64)[: len(pat_end)]
+    got = [
+        (tuple(sorted(np.repeat(present[ent_g[a:b]], ent_n[a:b]).tolist(), reverse=True)), int(k))
+        for a, b, k in zip(starts, pat_end, pat_k, strict=True)
+    ]
+    assert got == [(tuple(sorted(p, reverse=True)), k) for p, k in want]
+    assert [cnt[v] for v in present.tolist()] == left.tolist()
+
+
+@needs_numba
+def test_disjoint_and_product_counts_take_other_packs():
+    """The control for the reference test. Capacity 18; two samples of 8, four of 5, one of 2. By products of
+    counts, 2 (8 + 8: 2 x 2 ordered completions for one sample) ties 5 (5 + 8: 2 x 4 x 2 for four) at 4 a
+    sample and comes first, ascending: 2 + 8 + 8, and the four 5s have no completion left; one pack. Counted by
+    the samples they share none of, 5 has min(4, 2) = 2 completions for four samples (0.5), the fewest: 8 + 5 +
+    5 twice, and the 2 is left; two packs."""
+    present = np.array([8, 5, 2], dtype=np.int64)
+    counts = np.array([2, 4, 1], dtype=np.int64)
+    by_products = _exact_kernel.exact_patterns(present, counts, 18, 1.0, 100, False, 0, False)
+    by_disjoint = _exact_kernel.exact_patterns(present, counts, 18, 1.0, 100, False, 0, True)
+    assert by_products[5] == 1 and by_products[4].tolist() == [0, 4, 0]
+    assert by_disjoint[5] == 2 and by_disjoint[4].tolist() == [0, 0, 1]
+    want, cnt = _disjoint_reference(present, counts, 18, 1.0, False, 0)
+    assert want == [((5, 5, 8), 2)] and [cnt[v] for v in (8, 5, 2)] == [0, 0, 1]
+
+
+@needs_numba
+def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
+    """64k samples of 800 distinct lengths at 2k (seed 1): the exact try's first way gives up (its packs and L2
+    of their rest pass the target), the tries land LB + 56 (measured), and the exact packs once more
+    (EXACT_WAYS_AGAIN: a token of slack, completions that share no sample, planned where they beat that) bring
+    it to LB + 11. Control: without them, LB + 56. Where the plan is within the target (600 distinct, seed 7)
+    they do not run."""
+    a = _few_distinct(64_000, 2048, 800, 1)
+    lb = _lb(a, 2048)
+    ways = _record_ways(monkeypatch)
+    p = plan(a, 2048)
+    order = p.order
+    assert np.array_equal(np.sort(order), np.arange(len(a)))
+    assert np.add.reduceat(a[order], p.offsets[:-1]).max() <= 2048
+    assert p.num_packs - lb == 11 and (True, 1, True) in ways
+    shipped = refine.EXACT_WAYS_AGAIN
+    monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())
+    assert plan(a, 2048).num_packs - lb == 56
+    monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", shipped)
+    ways.clear()
+    b = _few_distinct(64_000, 2048, 600)
+    assert plan(b, 2048).num_packs - _lb(b, 2048) <= 5 and ways and (True, 1, True) not in ways

@@ -386,7 +386,7 @@ def refine(
     )
     exact_late = packs - goal <= EXACT_LATE_OVER and len(a) < STOP_AT_LB_ITEMS
 
-    def exact_try() -> Packing | None:
+    def exact_try(ways: tuple[tuple[bool, int, bool], ...], beat: int | None = None) -> Packing | None:
         return _exact_try(
             a,
             capacity,
@@ -398,10 +398,12 @@ def refine(
             effort,
             k_max >= 4,
             k_max >= len(a),
+            ways,
+            beat,
         )
 
     if exact_ok and not exact_late:
-        exact = exact_try()
+        exact = exact_try(EXACT_WAYS)
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
             if best_packs <= goal:
@@ -458,7 +460,13 @@ def refine(
             best = plan
             best_packs = len(best.offsets) - 1
     if exact_ok and exact_late and best_packs > goal and not effort.spent():
-        exact = exact_try()
+        exact = exact_try(EXACT_WAYS)
+        if exact is not None and len(exact.offsets) - 1 < best_packs:
+            best, best_packs = exact, len(exact.offsets) - 1
+    # still over the target: exact packs whose completions are counted by the samples they share none of,
+    # planned wherever they could beat the best plan so far (EXACT_WAYS_AGAIN)
+    if exact_ok and best_packs > goal and not effort.spent():
+        exact = exact_try(EXACT_WAYS_AGAIN, best_packs - 1)
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
     # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal, and at
@@ -488,22 +496,27 @@ def _exact_try(
     effort: Effort,
     near: bool = True,
     tolerant: bool = True,
+    ways: tuple[tuple[bool, int, bool], ...] | None = None,
+    beat: int | None = None,
 ) -> Packing | None:
     """Exact packs most constrained length first (packing/_exact_kernel.py), then `rest_fit` on what they
     leave, aiming at `goal` packs in all: the plan of the items of `a`, or None where no exact pack was found,
     where they hold under EXACT_MIN_COVER (_LARGE) of the volume, or where they and LB of what they leave
-    already pass `reach` packs (in these two the rest is not planned). The kernel does not run where a
-    bound on the exact packs is under the cover: every exact pack of at most three holds a sample of at least
-    a third of the capacity, so there are at most that many such packs, and at most as many with a longest
-    sample u as capacity - u has completions that share no sample (_exact_kernel.packs_bound).
+    already pass `reach` packs (with `beat`, the best plan so far less one: `beat` packs); in these the rest is
+    not planned. The kernel does not run where a bound on the exact packs is under the cover: every exact pack
+    of at most three holds a sample of at least a third of the capacity, so there are at most that many such
+    packs, and at most as many with a longest sample u as capacity - u has completions that share no sample
+    (_exact_kernel.packs_bound).
 
-    The exact packs are made once for each of EXACT_WAYS (every exact pair first, then so again with
-    completions that may leave a token of slack), until a plan has at most `reach` packs or one gives up; the
-    plan with the fewest is returned (_exact_plan). The tolerant way runs only where `tolerant` (no
-    max_per_pack that could bind: with one, its rest's nested stage spent the budget that the per-pack plans
-    need: 64k samples of 600 distinct at 2k, 8 a pack, +15 -> +37). A way runs only where `effort` has what
-    its kernel costs left (EXACT_UNITS_PER_PAIR a pair of distinct lengths and a room counted: the kernel goes
-    over every length for each pattern, and makes about one pattern a length)."""
+    The exact packs are made once for each of `ways` ((pairs_first, tolerance, disjoint) each; EXACT_WAYS
+    where None: every exact pair first, then so again with completions that may leave a token of slack), until
+    a plan has at most `reach` packs or, without `beat`, one gives up; the plan with the fewest is returned
+    (_exact_plan). A tolerant way runs only where `tolerant` (no max_per_pack that could bind: with one, its
+    rest's nested stage spent the budget that the per-pack plans need: 64k samples of 600 distinct at 2k, 8 a
+    pack, +15 -> +37). A way runs only where `effort` has what its kernel costs left (EXACT_UNITS_PER_PAIR a
+    pair of distinct lengths and a room counted: the kernel goes over every length for each pattern, and makes
+    about one pattern a length; DISJOINT_COST times that where it counts the completions that share no
+    sample)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -517,10 +530,11 @@ def _exact_try(
     long = present[2 * present >= capacity]
     # without an exact pair, the exact ways with and without the pairs first make the same packs
     pairs = bool(np.isin(capacity - long, present).any())
-    for pairs_first, tolerance in EXACT_WAYS:
+    for pairs_first, tolerance, disjoint in EXACT_WAYS if ways is None else ways:
         if not (pairs or pairs_first or tolerance) or (tolerance and not tolerant):
             continue
-        cost = EXACT_UNITS_PER_PAIR * len(present) ** 2 * (1 + tolerance)  # 1 + tolerance rooms a length
+        # 1 + tolerance rooms a length
+        cost = EXACT_UNITS_PER_PAIR * len(present) ** 2 * (1 + tolerance) * (DISJOINT_COST if disjoint else 1)
         if not effort.allows(cost):
             break
         effort.charge(cost)
@@ -537,9 +551,13 @@ def _exact_try(
             cover * volume,
             effort,
             tolerance,
+            disjoint,
+            reach if beat is None else max(reach, beat),
         )
-        if plan is None:  # given up (the cover, or L2 of the rest): the ways after it are not tried
-            break
+        if plan is None:
+            if beat is None:  # given up (the cover, or L2 of the rest): the ways after it are not tried
+                break
+            continue
         if best is None or len(plan.offsets) < len(best.offsets):
             best = plan
         if len(best.offsets) - 1 <= reach:
@@ -560,9 +578,12 @@ def _exact_plan(
     covered: float,
     effort: Effort,
     tolerance: int = 0,
+    disjoint: bool = False,
+    bound: int | None = None,
 ) -> Packing | None:
-    """_exact_try's plan with the exact pairs first or not, and completions within `tolerance` tokens of
-    slack. Where the plan of the exact packs and their rest has more than `reach` packs and `near` (packs of
+    """_exact_try's plan with the exact pairs first or not, completions within `tolerance` tokens of slack,
+    and `disjoint`: a length's completions counted as those that share no sample. None where the exact packs
+    and L2 of their rest pass `bound` (`reach` where None): no plan of that rest could do better. Where the plan of the exact packs and their rest has more than `reach` packs and `near` (packs of
     four samples allowed), the rest is planned again, near-exact packs of up to four samples first
     (_exact_kernel.near_patterns, within capacity >> NEAR_SLACK_SHIFT of full), and the plan with fewer packs
     is returned. `covered`: the volume the exact packs must hold (EXACT_MIN_COVER of all). The near-exact packs
@@ -578,14 +599,17 @@ def _exact_plan(
         EXACT_PATTERNS_PER_LENGTH * (len(present) + 16),
         pairs_first,
         tolerance,
+        disjoint,
     )
     if packs == 0:
         return None
     if packs * capacity < covered:
         return None  # the plan would be mostly the rest's (EXACT_MIN_COVER, _LARGE)
     rest = left > 0
-    if rest.any() and packs + l2_bound(present[rest][::-1], left[rest][::-1], capacity) > reach:
-        return None  # no plan of what the exact packs leave brings the plan within `reach`
+    if rest.any() and packs + l2_bound(present[rest][::-1], left[rest][::-1], capacity) > (
+        reach if bound is None else bound
+    ):
+        return None  # no plan of what the exact packs leave brings the plan within the bound
     plan = _plan_of_patterns(
         a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, rest_fit, goal - packs
     )
@@ -919,7 +943,15 @@ EXACT_LATE_OVER = 3
 # 262,143 samples or the per-pack table, and cost 2.5-5.6 ms where it ran (999 distinct at 4k seed 2 with 64k
 # samples 11.9 -> 8.9 ms). 2 tokens: 19 over the packs target, but a costlier kernel (1 + tolerance rooms a
 # length) and 56 rows over the time bar against 47-53
-EXACT_WAYS = ((True, 0), (True, 1))  # (pairs_first, tolerance) each
+EXACT_WAYS = ((True, 0, False), (True, 1, False))  # (pairs_first, tolerance, disjoint) each
+# Where the plan is still over the target after the tries, exact packs once more, planned wherever they could
+# beat the best plan so far (not only where they could reach the target): a token of slack allowed, and a
+# length's completions counted as those that share no sample (min(cnt[x], cnt[y]) a pair x + y) rather than as
+# products of counts, which overstate what a length with thousands of samples can get (docs/packing.md, "Exact
+# packs once more, where the target is out of reach").
+EXACT_WAYS_AGAIN = ((True, 1, True),)
+# the kernel counting completions that share no sample costs about this much more (1.2-1.3x measured)
+DISJOINT_COST = 1.3
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
 # four samples first, each within capacity >> NEAR_SLACK_SHIFT tokens of full (8 at 2k), most constrained
 # length first (_exact_kernel._near; docs/packing.md, "Every exact pair first; near-exact packs of four on the
