@@ -583,8 +583,9 @@ def _exact_plan(
 ) -> Packing | None:
     """_exact_try's plan with the exact pairs first or not, completions within `tolerance` tokens of slack,
     and `disjoint`: a length's completions counted as those that share no sample. None where the exact packs
-    and L2 of their rest pass `bound` (`reach` where None): no plan of that rest could do better. Where the plan of the exact packs and their rest has more than `reach` packs and `near` (packs of
-    four samples allowed), the rest is planned again, near-exact packs of up to four samples first
+    and L2 of their rest pass `bound` (`reach` where None): no plan of that rest could do better. Where the
+    plan of the exact packs and their rest has more than `reach` packs and `near` (packs of four samples
+    allowed), the rest is planned again, near-exact packs of up to four samples first
     (_exact_kernel.near_patterns, within capacity >> NEAR_SLACK_SHIFT of full), and the plan with fewer packs
     is returned. `covered`: the volume the exact packs must hold (EXACT_MIN_COVER of all). The near-exact packs
     run only where `effort` has their cost left (NEAR_UNITS_PER_CUBE times the cube of the rest's distinct
@@ -924,8 +925,8 @@ EXACT_SHARE = 1.0
 # 23-25 ms: the tries miss there (+6 / +7 / +7) and the exact try runs after them. Below STOP_AT_LB_ITEMS only:
 # from there the tries go on to LB, and the exact try first ends the stage at the target.
 EXACT_LATE_OVER = 3
-# The exact try's ways, (pairs_first, tolerance) each, in order until one lands within the target. First every
-# exact pair (x + capacity - x), then the most constrained order: some best plan holds all those pairs
+# The exact try's ways, (pairs_first, tolerance, disjoint) each, in order until one lands within the target.
+# First every exact pair (x + capacity - x), then the most constrained order: some best plan holds all those pairs
 # (_exact_kernel's docstring), and on 999 distinct at 2k the exact packs and L2 of their rest come to LB + 0 at
 # 64k (LB + 9 without), the plan with near-exact packs to +2 (the target is +5). Where that misses, the same
 # with completions that may leave a token of slack (the least slack a length has a completion at, exact where
