@@ -1,0 +1,65 @@
+"""bench/planner_variants.py: the variant syntax, and a small comparison that restores the stage's constants."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from pathlib import Path
+
+import pytest
+
+from packcfg.packing.planning import refine
+from tests.packing.test_planner_exact import needs_numba
+
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "planner_variants.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("planner_variants", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_variant_names_constants_of_the_stage_with_literal_values():
+    bench = _bench()
+    assert bench.parse_variant("shipped") == ("shipped", {})
+    assert bench.parse_variant("old: EXACT_LATE_OVER=-1; EXACT_WAYS_AGAIN=()") == (
+        "old",
+        {"EXACT_LATE_OVER": -1, "EXACT_WAYS_AGAIN": ()},
+    )
+    assert bench.parse_variant("w: EXACT_WAYS_AGAIN=((True, 1, True),)")[1] == {
+        "EXACT_WAYS_AGAIN": ((True, 1, True),)
+    }
+    for bad, says in [
+        ("x: NOT_A_CONSTANT=1", "NOT_A_CONSTANT=1"),
+        ("x: margin=1", "margin=1"),  # a function, not a constant
+        ("x: EXACT_LATE_OVER=__import__('os')", "not a Python literal"),
+        ("x: EXACT_LATE_OVER", "EXACT_LATE_OVER"),
+        (": EXACT_LATE_OVER=1", "no name"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            bench.parse_variant(bad)
+    assert bench.main(["--variant", "a", "--variant", "a"]) == 2
+
+
+@needs_numba
+def test_a_comparison_counts_its_rows_and_restores_the_stage():
+    """One input (64k samples of 800 distinct lengths at 2k, seed 1), the shipped stage against no exact packs
+    once more: +11 against +56 (test_planner_exact pins both), both over the target; the constants are as they
+    were afterwards, also where a variant's plan raises."""
+    bench = _bench()
+    before = refine.EXACT_WAYS_AGAIN
+    out = io.StringIO()
+    total = bench.compare(
+        [("shipped", {}), ("without", {"EXACT_WAYS_AGAIN": ()})], (1,), (800,), (64_000,), (2048,), 1, out
+    )
+    assert refine.EXACT_WAYS_AGAIN == before
+    assert total["shipped"][0] == 1 and total["shipped"][3] == 11
+    assert total["without"][0] == 1 and total["without"][3] == 56
+    assert "800 distinct at 2048, 64000 samples, seed 1 | +11 over" in out.getvalue()
+    with pytest.raises(ValueError):
+        bench.compare(
+            [("bad", {"EXACT_WAYS_AGAIN": "not ways"})], (1,), (800,), (64_000,), (2048,), 1, io.StringIO()
+        )
+    assert refine.EXACT_WAYS_AGAIN == before
