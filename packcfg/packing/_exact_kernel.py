@@ -77,7 +77,9 @@ def _pack_of(lengths, per_pack, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
 def _most_constrained(nz, m_nz, cnt, aside, pair_sums, single, capacity, exact_compare, tolerance, tolerant):  # type: ignore[no-untyped-def]
     """The length with the fewest completions per sample (the first minimum, ascending), or -1, and how many
     lengths have samples left: nz[:m_nz] is compacted to them as it goes. A length with no completion is set
-    aside. `tolerant` (a constant at each call site, inlined): count completions leaving 1..tolerance tokens."""
+    aside. pair_sums[t]: t's completions by two samples (ordered products of counts, or those that share no
+    sample); `single`: what one sample of t counts (2 and 1 with them). `tolerant` (a constant at each call site,
+    inlined): count completions leaving 1..tolerance tokens."""
     v = -1
     best_num = 0  # the fewest completions per sample so far: best_num / best_den (= best)
     best_den = 1
