@@ -75,8 +75,9 @@ def test_forced_exact_try_is_valid_and_never_worse(lengths, capacity, max_per_pa
 
 @needs_numba
 def test_the_exact_try_reaches_lb_where_the_tries_miss(monkeypatch):
-    """150k samples of 600 distinct lengths at 2k: LB + 0 when measured (the target is +5), the exact try's
-    kernel called. Control: with PACKCFG_PLANNER_EXACT=off, the tries alone, +13. Both plans are valid."""
+    """150k samples of 600 distinct lengths at 2k: LB + 3 when measured, within the target (+5), the exact
+    try's kernel called (+0 while the exact packs' rest aimed below its share of the goal). Control: with
+    PACKCFG_PLANNER_EXACT=off, the tries alone, +13. Both plans are valid."""
     a = _few_distinct(150_000, 2048, 600)
     lb = _lb(a, 2048)
     calls = []
@@ -92,7 +93,7 @@ def test_the_exact_try_reaches_lb_where_the_tries_miss(monkeypatch):
         order = q.order
         assert np.array_equal(np.sort(order), np.arange(len(a)))
         assert np.add.reduceat(a[order], q.offsets[:-1]).max() <= 2048
-    assert p.num_packs - lb <= 1 and control.num_packs - lb > 5
+    assert p.num_packs - lb <= 5 and control.num_packs - lb > 5
 
 
 def _exact_try_on(a, capacity, reach):

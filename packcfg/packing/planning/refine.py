@@ -612,7 +612,7 @@ def _exact_plan(
     ):
         return None  # no plan of what the exact packs leave brings the plan within the bound
     plan = _plan_of_patterns(
-        a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, rest_fit, goal - packs
+        a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, rest_fit, goal
     )
     lengths_left = int(rest.sum())
     if not near or len(plan.offsets) - 1 <= reach:
@@ -645,7 +645,7 @@ def _exact_plan(
         near_left,
         packs + near_packs,
         rest_fit,
-        goal - packs - near_packs,
+        goal,
     )
     return with_near if len(with_near.offsets) < len(plan.offsets) else plan
 
