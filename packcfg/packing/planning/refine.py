@@ -611,9 +611,7 @@ def _exact_plan(
         reach if bound is None else bound
     ):
         return None  # no plan of what the exact packs leave brings the plan within the bound
-    plan = _plan_of_patterns(
-        a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, rest_fit, goal
-    )
+    plan = _plan_of_patterns(a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, rest_fit, goal)
     lengths_left = int(rest.sum())
     if not near or len(plan.offsets) - 1 <= reach:
         return plan
