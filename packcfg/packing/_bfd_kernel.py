@@ -394,13 +394,19 @@ def _scatter(idx, assign, offsets):  # type: ignore[no-untyped-def]
     """Item ids pack after pack. A pack receives its items in decreasing-length order (groups are
     placed one after another, each from its first item on), so a stable pass over the items in that
     order puts every pack's items where best fit placed them."""
-    fill = offsets[:-1].copy()
     order = np.empty(idx.shape[0], dtype=np.int64)
+    _scatter_into(idx, assign, offsets, order, 0)
+    return order
+
+
+@compiled
+def _scatter_into(idx, assign, offsets, out, start):  # type: ignore[no-untyped-def]
+    """`_scatter`'s order written into out[start:]."""
+    fill = offsets[:-1] + start
     for s in range(idx.shape[0]):
         p = assign[s]
-        order[fill[p]] = idx[s]
+        out[fill[p]] = idx[s]
         fill[p] += 1
-    return order
 
 
 @compiled
@@ -420,6 +426,13 @@ def scatter(ids: np.ndarray, assign: np.ndarray, offsets: np.ndarray) -> np.ndar
     """Item ids pack after pack: `ids` in decreasing-length order, `assign` the pack of each, `offsets` the
     packs' boundaries; each pack's items in the order given (`_scatter`)."""
     return _scatter(ids, assign, offsets)
+
+
+def scatter_into(
+    ids: np.ndarray, assign: np.ndarray, offsets: np.ndarray, out: np.ndarray, start: int
+) -> None:
+    """`scatter`'s order written into out[start:] (out: int64)."""
+    _scatter_into(np.ascontiguousarray(ids, dtype=np.int64), assign, offsets, out, int(start))
 
 
 def descending_order(a: np.ndarray, values: np.ndarray, counts: np.ndarray) -> np.ndarray:

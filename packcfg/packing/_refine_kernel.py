@@ -328,29 +328,28 @@ def _patterns(
 
 
 @compiled
-def _assign(pat_k, pat_end, ent_g, ent_n, group_start, idx, order, per_pack, fills, values, taken):  # type: ignore[no-untyped-def]
-    """Write the patterns' packs: item ids (from idx, items in decreasing-length order, each group's first
-    items first) into order, pack sizes and fills; taken[g] counts what each group gave."""
-    pos = 0
-    p = 0
+def write_patterns(pat_k, pat_end, ent_g, ent_n, group_start, ids, out, start, rest_ids):  # type: ignore[no-untyped-def]
+    """The patterns' packs written into out[start:] (item i of the histogram's items, in decreasing-length
+    order, written as ids[i]; a pattern takes each group's first items), and what they leave, group after
+    group, into rest_ids; returns where the packs end in out."""
+    taken = np.zeros(group_start.shape[0] - 1, np.int64)
+    pos = start
     e0 = 0
     for j in range(pat_k.shape[0]):
         e1 = pat_end[j]
         for _ in range(pat_k[j]):
-            size = 0
-            fill = 0
             for e in range(e0, e1):
                 g = ent_g[e]
                 for _ in range(ent_n[e]):
-                    order[pos] = idx[group_start[g] + taken[g]]
+                    out[pos] = ids[group_start[g] + taken[g]]
                     taken[g] += 1
                     pos += 1
-                    size += 1
-                    fill += values[g]
-            per_pack[p] = size
-            fills[p] = fill
-            p += 1
         e0 = e1
+    k = 0
+    for g in range(taken.shape[0]):
+        for i in range(group_start[g] + taken[g], group_start[g + 1]):
+            rest_ids[k] = ids[i]
+            k += 1
     return pos
 
 
@@ -502,35 +501,3 @@ def patterns(
         run.work,
         run.first_limited,
     )
-
-
-def assign(
-    pat_k: np.ndarray,
-    pat_end: np.ndarray,
-    ent_g: np.ndarray,
-    ent_n: np.ndarray,
-    group_start: np.ndarray,
-    idx: np.ndarray,
-    values: np.ndarray,
-    packs: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(order, per_pack, fills, taken) of the patterns' packs."""
-    items = int(np.dot(np.repeat(pat_k, np.diff(pat_end, prepend=0)), ent_n))
-    order = np.empty(items, dtype=np.int64)
-    per_pack = np.empty(packs, dtype=np.int64)
-    fills = np.empty(packs, dtype=np.int64)
-    taken = np.zeros(len(values), dtype=np.int64)
-    _assign(
-        pat_k,
-        pat_end,
-        ent_g,
-        ent_n,
-        group_start,
-        np.ascontiguousarray(idx, dtype=np.int64),
-        order,
-        per_pack,
-        fills,
-        np.ascontiguousarray(values, dtype=np.int64),
-        taken,
-    )
-    return order, per_pack, fills, taken

@@ -760,3 +760,34 @@ def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
     ways.clear()
     b = _few_distinct(64_000, 2048, 600)
     assert plan(b, 2048).num_packs - _lb(b, 2048) <= 5 and ways and (True, 1, True) not in ways
+
+
+@needs_numba
+@pytest.mark.parametrize("exact", ["on", "off"])
+def test_a_plan_writes_its_order_in_place_as_it_builds_it(monkeypatch, exact):
+    """The stage's plans (the exact packs, or a try's kept packs, then a rest planned by a nested stage, on
+    samples already in decreasing-length order as every nested plan's are) write into a larger array, at an
+    offset and through a map of ids, the order their build() gives, mapped (common.write_sorted_order), and that
+    order has every sample once, in packs of the fills the plan gives. So does the same order handed over
+    without write_into."""
+    from packcfg.packing.planning.best_fit import grouped_best_fit
+    from packcfg.packing.planning.common import Packing, write_sorted_order
+    from tests.packing.test_planner_refine import FORCED
+
+    monkeypatch.setenv("PACKCFG_PLANNER_EXACT", exact)
+    monkeypatch.setattr(refine, "NEST_MIN_ITEMS", 0)
+    monkeypatch.setattr(refine, "margin", FORCED)
+    a = np.sort(_few_distinct(40_000, 8192, 600))[::-1].copy()
+    p = grouped_best_fit(a, 8192, None)
+    assert p.write_into is not None
+    assert len(p.offsets) - 1 < _bfd_only(a, 8192).num_packs  # the stage's plan, not best fit's
+    order = p.build()
+    assert np.array_equal(np.sort(order), np.arange(len(a)))  # every sample once, in the packs it was given
+    assert np.array_equal(np.add.reduceat(a[order], p.offsets[:-1]), p.fills)
+    ids = np.random.default_rng(0).permutation(len(a) + 100)[: len(a)]
+    out = np.full(len(a) + 7, -1, dtype=np.int64)
+    write_sorted_order(p, ids, out, 7)
+    assert (out[:7] == -1).all() and np.array_equal(out[7:], ids[order])
+    plain = np.full(len(a) + 7, -1, dtype=np.int64)
+    write_sorted_order(Packing(p.offsets, order=order), ids, plain, 7)
+    assert np.array_equal(plain, out)

@@ -149,7 +149,13 @@ def _kernel_plan(
     """Best fit on the compiled kernel (`kernel`: packing/_bfd_kernel.py, loaded): the item order built on
     demand, and the placement bfd's refinement stage splits plans by."""
     offsets, fills, kbuild, assign, largest = kernel.grouped_best_fit(present, counts, capacity, k_max)
-    return Packing(offsets, fills=fills, build=lambda: kbuild(a), placement=lambda: (assign, largest))
+    return Packing(
+        offsets,
+        fills=fills,
+        build=lambda: kbuild(a),
+        placement=lambda: (assign, largest),
+        write_into=lambda ids, out, start: kernel.scatter_into(ids, assign, offsets, out, start),
+    )
 
 
 def _pack_counter(capacity: int, k_max: int, n_max: int) -> Callable[[np.ndarray, np.ndarray], int]:

@@ -30,6 +30,21 @@ class Packing:
     build: Callable[[], np.ndarray] | None = None
     fills: np.ndarray | None = None
     placement: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
+    # write_into(ids, out, start): the item order written into out[start:], item i (in decreasing-length
+    # order, ties by id) as ids[i]. A plan made of other plans (bfd's refinement stage) writes theirs in
+    # place, with no order of their own, gather or concatenation between
+    write_into: Callable[[np.ndarray, np.ndarray, int], None] | None = None
+
+
+def write_sorted_order(packing: Packing, ids: np.ndarray, out: np.ndarray, start: int) -> None:
+    """The order of `packing`, a plan of items already in decreasing-length order (an item's id is its place
+    in that order: bfd's refinement stage plans such histograms' items, np.repeat(values, counts)), written
+    into out[start:] with item i as ids[i]."""
+    if packing.write_into is not None:
+        packing.write_into(ids, out, start)
+        return
+    order = packing.order if packing.order is not None else packing.build()  # type: ignore[misc]
+    np.take(ids, order, out=out[start : start + len(order)])
 
 
 def from_groups(groups: list[np.ndarray]) -> Packing:

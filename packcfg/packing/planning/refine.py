@@ -27,8 +27,8 @@ from packcfg.packing.planning import eliminate
 from packcfg.packing.planning.common import (
     Packing,
     PlanError,
-    concat_ranges,
     switched_off,
+    write_sorted_order,
 )
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.1-0.3 ns
@@ -699,17 +699,24 @@ def _join(
     np.cumsum(per_pack, out=offsets[1:])
     n_kept = int(keep.sum())
 
+    def write_into(ids: np.ndarray, out: np.ndarray, start: int) -> None:
+        from packcfg.packing import _bfd_kernel
+
+        # the kept packs' items, each pack's in decreasing-length order (as best fit put them there)
+        rank = np.cumsum(keep) - 1  # a kept pack's place among the kept ones
+        _bfd_kernel.scatter_into(ids[kept], rank[assign[kept]], offsets[: n_kept + 1], out, start)
+        write_sorted_order(plan, ids[~kept], out, start + int(offsets[n_kept]))
+
     def build() -> np.ndarray:
         from packcfg.packing import _bfd_kernel
 
-        ids = _bfd_kernel.descending_order(a, present, counts)
-        # the kept packs' items, each pack's in decreasing-length order (as best fit put them there)
-        rank = np.cumsum(keep) - 1  # a kept pack's place among the kept ones
-        kept_order = _bfd_kernel.scatter(ids[kept], rank[assign[kept]], offsets[: n_kept + 1])
-        sub_order = plan.order if plan.order is not None else plan.build()  # type: ignore[misc]
-        return np.concatenate([kept_order, ids[~kept][sub_order]])
+        out = np.empty(len(a), dtype=np.int64)
+        write_into(_bfd_kernel.descending_order(a, present, counts), out, 0)
+        return out
 
-    return Packing(offsets, fills=np.concatenate([fills[keep], sub_fills]), build=build)
+    return Packing(
+        offsets, fills=np.concatenate([fills[keep], sub_fills]), build=build, write_into=write_into
+    )
 
 
 def _replan(
@@ -812,19 +819,28 @@ def _plan_of_patterns(
     rest_hist = (present[some], left[some])
     rest = rest_fit(np.repeat(*rest_hist), goal - pattern_packs, rest_hist) if some.any() else None
 
-    def build() -> np.ndarray:
-        idx = _bfd_kernel.descending_order(a, present, counts)
-        order, _, _, taken = _refine_kernel.assign(
-            pat_k, pat_end, ent_g, ent_n, group_start, idx, present, pattern_packs
+    def write_into(ids: np.ndarray, out: np.ndarray, start: int) -> None:
+        # the patterns' packs take each group's first items; the rest (decreasing length, ties by id: the
+        # order its own plan numbers them in) is what they leave of each group
+        rest_ids = np.empty(int(left.sum()), np.int64)
+        end = _refine_kernel.write_patterns(
+            pat_k,
+            pat_end,
+            ent_g,
+            ent_n,
+            group_start,
+            np.ascontiguousarray(ids, dtype=np.int64),
+            out,
+            start,
+            rest_ids,
         )
-        if rest is None:
-            return order
-        # the items no pattern took: positions group_start[g] + taken[g] .. group_start[g + 1]
-        keep = np.ones(len(a), dtype=bool)
-        keep[concat_ranges(group_start[:-1], taken)] = False
-        rest_ids = idx[keep]  # decreasing length, ties by id: what descending_order of the rest gives
-        rest_order = rest.order if rest.order is not None else rest.build()  # type: ignore[misc]
-        return np.concatenate([order, rest_ids[rest_order]])
+        if rest is not None:
+            write_sorted_order(rest, rest_ids, out, end)
+
+    def build() -> np.ndarray:
+        out = np.empty(len(a), dtype=np.int64)
+        write_into(_bfd_kernel.descending_order(a, present, counts), out, 0)
+        return out
 
     starts = np.concatenate([[0], pat_end[:-1]])
     per_pack = np.repeat(np.add.reduceat(ent_n, starts), pat_k)
@@ -839,7 +855,7 @@ def _plan_of_patterns(
         fills = np.concatenate([fills, rest_fills])
     offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
     np.cumsum(per_pack, out=offsets[1:])
-    return Packing(offsets, fills=fills, build=build)
+    return Packing(offsets, fills=fills, build=build, write_into=write_into)
 
 
 # the post-pass runs only on plans at most this many packs over the target: it saved at most 8 packs on any
