@@ -331,7 +331,17 @@ def _patterns(
 def write_patterns(pat_k, pat_end, ent_g, ent_n, group_start, ids, out, start, rest_ids):  # type: ignore[no-untyped-def]
     """The patterns' packs written into out[start:] (item i of the histogram's items, in decreasing-length
     order, written as ids[i]; a pattern takes each group's first items), and what they leave, group after
-    group, into rest_ids; returns where the packs end in out."""
+    group, into rest_ids; returns where the packs end in out. Raises ValueError where out or rest_ids has
+    not exactly the room the patterns and the histogram need (numba does not check the writes)."""
+    items = 0
+    e0 = 0
+    for j in range(pat_k.shape[0]):
+        for e in range(e0, pat_end[j]):
+            items += pat_k[j] * ent_n[e]
+        e0 = pat_end[j]
+    n_items = group_start[group_start.shape[0] - 1]
+    if items > n_items or rest_ids.shape[0] != n_items - items or start + n_items > out.shape[0]:
+        raise ValueError("write_patterns: the output has not the room the patterns and the histogram need")
     taken = np.zeros(group_start.shape[0] - 1, np.int64)
     pos = start
     e0 = 0

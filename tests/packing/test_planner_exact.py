@@ -791,3 +791,27 @@ def test_a_plan_writes_its_order_in_place_as_it_builds_it(monkeypatch, exact):
     plain = np.full(len(a) + 7, -1, dtype=np.int64)
     write_sorted_order(Packing(p.offsets, order=order), ids, plain, 7)
     assert np.array_equal(plain, out)
+
+
+@needs_numba
+def test_write_patterns_writes_packs_then_what_they_leave_and_checks_its_room():
+    """Groups of 2, 3 and 1 samples (ids 100-105 in decreasing-length order); one pattern, two packs of one
+    sample of the first group and one of the second: the packs take each group's first samples, the rest is
+    what is left, group after group. Where the rest's array or the output is not the size they need, it
+    raises rather than write past them."""
+    group_start = np.array([0, 2, 5, 6])
+    args = (
+        np.array([2]),
+        np.array([2]),
+        np.array([0, 1]),
+        np.array([1, 1]),
+        group_start,
+        np.arange(100, 106),
+    )
+    out, rest = np.full(8, -1), np.empty(2, dtype=np.int64)
+    assert _refine_kernel.write_patterns(*args, out, 2, rest) == 6
+    assert out.tolist() == [-1, -1, 100, 102, 101, 103, -1, -1] and rest.tolist() == [104, 105]
+    with pytest.raises(ValueError):
+        _refine_kernel.write_patterns(*args, out, 2, np.empty(3, dtype=np.int64))
+    with pytest.raises(ValueError):
+        _refine_kernel.write_patterns(*args, np.empty(7, dtype=np.int64), 2, rest)
