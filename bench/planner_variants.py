@@ -11,9 +11,13 @@ Prints a row per input, then for each variant: rows over the packs target (LB + 
 bar (3x one argsort of the lengths, or 10 ms), within both, and the packs over LB and the planning time summed
 over the rows.
 
+With --lp-bound SECONDS, the rows where the first variant is over the packs target get the cutting-stock LP
+(bench/lp_bound.py, needs SciPy; at most SECONDS a row): its lower bound and its plan made whole, over LB, and
+whether the target can be met at all (not where the LP's bound is past it: there L2 is below the optimum).
+
 Usage: python bench/planner_variants.py --variant shipped --variant "stop44: EXACT_LATE_OVER=-1; EXACT_WAYS_AGAIN=()"
        [--seeds 1,2,3] [--distinct 400,800,999,1500] [--n 64000,150000] [--capacities 2048,4096,8192,32768,131072]
-       [--repeat 5]
+       [--repeat 5] [--lp-bound SECONDS]
 A variant is NAME, or NAME: CONSTANT=VALUE; CONSTANT=VALUE (Python literals: -1, 0.5, (), ((True, 1, True),)).
 """
 
@@ -100,9 +104,12 @@ def compare(
     capacities: tuple[int, ...],
     repeat: int,
     out=sys.stdout,  # type: ignore[no-untyped-def]
+    lp: float = 0.0,
 ) -> dict[str, list[float]]:
-    """Print the rows and the summary; returns {name: [over packs, over time, within both, packs over LB, ms]}."""
+    """Print the rows and the summary; returns {name: [over packs, over time, within both, packs over LB, ms]}.
+    With `lp` seconds, then the LP's table of the rows where the first variant misses the packs target."""
     names = [name for name, _ in variants]
+    misses: list[tuple[str, np.ndarray, int, int, int]] = []  # (input, lengths, capacity, LB, first's packs)
     total = {name: [0, 0, 0, 0, 0.0] for name in names}
     print(f"# packcfg bench/planner_variants.py  {machine()}", file=out)
     print("input | " + " | ".join(f"{name}: packs over LB, ms" for name in names), file=out)
@@ -143,17 +150,64 @@ def compare(
                             f"+{packs[name] - lb}{'' if packs_ok else ' over'}, "
                             f"{t * 1e3:.1f}{'' if time_ok else ' over'}"
                         )
-                    print(
-                        f"{d} distinct at {capacity}, {n} samples, seed {seed} | " + " | ".join(cells),
-                        file=out,
-                    )
+                    label = f"{d} distinct at {capacity}, {n} samples, seed {seed}"
+                    print(f"{label} | " + " | ".join(cells), file=out)
                     out.flush()
+                    if lp and packs[names[0]] > target:
+                        misses.append((label, a, capacity, lb, packs[names[0]]))
     print("", file=out)
     print("variant | over the packs target | over the time bar | within both | packs over LB | ms", file=out)
     for name in names:
         over_packs, over_time, both, over_lb, ms = total[name]
         print(f"{name} | {over_packs} | {over_time} | {both} | {over_lb:,} | {ms:,.0f}", file=out)
+    if misses:
+        _lp_table(misses, names[0], variants[0][1], lp, out)
     return total
+
+
+def _lp_table(misses, name, settings, seconds, out) -> None:  # type: ignore[no-untyped-def]
+    """The cutting-stock LP on the rows `name` misses: its lower bound and its plan made whole (its patterns
+    used whole times, best fit on the rest: a real plan), over LB, and whether the target can be met at all."""
+    lp_bound = sys.modules.get("lp_bound")
+    if lp_bound is None:  # by path, under its own name (numba's cache of its kernels names that module)
+        spec = importlib.util.spec_from_file_location(
+            "lp_bound", Path(__file__).resolve().parent / "lp_bound.py"
+        )
+        lp_bound = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules["lp_bound"] = lp_bound
+        spec.loader.exec_module(lp_bound)  # type: ignore[union-attr]
+    print("", file=out)
+    print(
+        f"input | {name}: packs over LB | LP bound over LB | LP plan over LB | the target met by some plan",
+        file=out,
+    )
+    for label, a, capacity, lb, packs in misses:
+        old = _set(settings)
+        try:
+            p = plan(a, capacity)
+            r = lp_bound.cutting_stock_bound(
+                a,
+                capacity,
+                lp_bound.plan_patterns(a, p.offsets, p.order, np.unique(a)),
+                time_limit=seconds,
+                known=lb,
+                pack_rest=lambda rest, c=capacity: plan(rest, c).num_packs,
+            )
+        finally:
+            _set(old)
+        target = lb + refine.margin(lb)
+        verdict = (
+            "no (every plan is over it)"
+            if r["bound"] > target
+            else "yes"
+            if r["rounded"] <= target
+            else "open"
+        )
+        print(
+            f"{label} | +{packs - lb} | +{r['bound'] - lb} | +{r['rounded'] - lb} | {verdict}",
+            file=out,
+        )
+        out.flush()
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -168,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", default="64000,150000", help="samples per input")
     ap.add_argument("--capacities", default="2048,4096,8192,32768,131072")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs of each variant per input (median)")
+    ap.add_argument(
+        "--lp-bound", type=float, default=0.0, metavar="SECONDS", help="the LP on the first variant's misses"
+    )
     args = ap.parse_args(argv)
     try:
         variants = [parse_variant(v) for v in args.variant]
@@ -175,10 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"planner_variants: {exc}", file=sys.stderr)
         return 2
-    if len({name for name, _ in variants}) < len(variants) or args.repeat < 1:
-        print("planner_variants: variant names must differ, and --repeat be at least 1", file=sys.stderr)
+    if len({name for name, _ in variants}) < len(variants) or args.repeat < 1 or args.lp_bound < 0:
+        print(
+            "planner_variants: variant names must differ, --repeat be at least 1 and --lp-bound not negative",
+            file=sys.stderr,
+        )
         return 2
-    compare(variants, *numbers, args.repeat)  # type: ignore[arg-type]
+    compare(variants, *numbers, args.repeat, lp=args.lp_bound)  # type: ignore[arg-type]
     return 0
 
 

@@ -63,3 +63,23 @@ def test_a_comparison_counts_its_rows_and_restores_the_stage():
             [("bad", {"EXACT_WAYS_AGAIN": "not ways"})], (1,), (800,), (64_000,), (2048,), 1, io.StringIO()
         )
     assert refine.EXACT_WAYS_AGAIN == before
+
+
+@needs_numba
+def test_the_lp_table_bounds_the_rows_a_variant_misses():
+    """With the stage given no budget (best fit's plan: 8,000 samples of 300 distinct at 2k, seed 1, +10 over
+    LB, past the target of +5), --lp-bound's table gives that row the LP's bound (at least LB, at most the
+    plan's packs) and its rounded plan (at least the bound), and says whether the target can be met. Needs
+    SciPy (the LP's solver; bench only, not in the README's set-up)."""
+    pytest.importorskip("scipy")
+    bench = _bench()
+    out = io.StringIO()
+    bench.compare(
+        [("off", {"EFFORT_MIN": 0, "EFFORT_PER_ITEM": 0})], (1,), (300,), (8_000,), (2048,), 1, out, lp=60
+    )
+    row = out.getvalue().splitlines()[-1].split(" | ")
+    assert row[0] == "300 distinct at 2048, 8000 samples, seed 1"
+    packs, bound, rounded = (int(x.lstrip("+")) for x in row[1:4])
+    assert packs > 5 and 0 <= bound <= packs and bound <= rounded
+    assert row[4] in ("yes", "open", "no (every plan is over it)")
+    assert refine.EFFORT_MIN > 0  # restored
