@@ -232,10 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"planner_variants: {exc}", file=sys.stderr)
         return 2
-    if len({name for name, _ in variants}) < len(variants) or args.repeat < 1 or args.lp_bound < 0:
+    if len({name for name, _ in variants}) < len(variants) or args.repeat < 1:
+        print("planner_variants: variant names must differ, and --repeat be at least 1", file=sys.stderr)
+        return 2
+    if not 0 <= args.lp_bound < float("inf"):
+        print(f"planner_variants: --lp-bound {args.lp_bound}: seconds, 0 or more", file=sys.stderr)
+        return 2
+    if args.lp_bound and importlib.util.find_spec("scipy") is None:
         print(
-            "planner_variants: variant names must differ, --repeat be at least 1 and --lp-bound not negative",
-            file=sys.stderr,
+            "planner_variants: --lp-bound needs SciPy (pip install scipy): the LP's solver", file=sys.stderr
         )
         return 2
     compare(variants, *numbers, args.repeat, lp=args.lp_bound)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ def _bench():
     return module
 
 
-def test_a_variant_names_constants_of_the_stage_with_literal_values():
+def test_a_variant_names_constants_of_the_stage_with_literal_values(monkeypatch, capsys):
     bench = _bench()
     assert bench.parse_variant("shipped") == ("shipped", {})
     assert bench.parse_variant("old: EXACT_LATE_OVER=-1; EXACT_WAYS_AGAIN=()") == (
@@ -41,6 +41,14 @@ def test_a_variant_names_constants_of_the_stage_with_literal_values():
         with pytest.raises(ValueError, match=says):
             bench.parse_variant(bad)
     assert bench.main(["--variant", "a", "--variant", "a"]) == 2
+    for seconds in ("-1", "nan", "inf"):
+        assert bench.main(["--variant", "a", "--lp-bound", seconds]) == 2
+    real = bench.importlib.util.find_spec
+    monkeypatch.setattr(
+        bench.importlib.util, "find_spec", lambda name: None if name == "scipy" else real(name)
+    )
+    assert bench.main(["--variant", "a", "--lp-bound", "10"]) == 2  # before any input is planned
+    assert "needs SciPy" in capsys.readouterr().err
 
 
 @needs_numba
