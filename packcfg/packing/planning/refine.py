@@ -707,6 +707,23 @@ def _join(
         _bfd_kernel.scatter_into(ids[kept], rank[assign[kept]], offsets[: n_kept + 1], out, start)
         write_sorted_order(plan, ids[~kept], out, start + int(offsets[n_kept]))
 
+    return Packing(
+        offsets,
+        fills=np.concatenate([fills[keep], sub_fills]),
+        build=_builder(a, present, counts, write_into),
+        write_into=write_into,
+    )
+
+
+def _builder(
+    a: np.ndarray,
+    present: np.ndarray,
+    counts: np.ndarray,
+    write_into: Callable[[np.ndarray, np.ndarray, int], None],
+) -> Callable[[], np.ndarray]:
+    """build() of a plan of the items `a` (histogram present, counts) that writes its order in place: the
+    items' counting order, once, then `write_into` through it."""
+
     def build() -> np.ndarray:
         from packcfg.packing import _bfd_kernel
 
@@ -714,9 +731,7 @@ def _join(
         write_into(_bfd_kernel.descending_order(a, present, counts), out, 0)
         return out
 
-    return Packing(
-        offsets, fills=np.concatenate([fills[keep], sub_fills]), build=build, write_into=write_into
-    )
+    return build
 
 
 def _replan(
@@ -809,7 +824,7 @@ def _plan_of_patterns(
 ) -> Packing:
     """The plan of the items of `a`: the patterns' packs (ent_g indexes `present`; `left`: what they leave of
     each group), then `rest_fit(lengths, packs to aim at)` on what they leave."""
-    from packcfg.packing import _bfd_kernel, _refine_kernel
+    from packcfg.packing import _refine_kernel
 
     # the items left, as best fit sees them: each group's last items, in decreasing-length order
     group_start = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -837,11 +852,6 @@ def _plan_of_patterns(
         if rest is not None:
             write_sorted_order(rest, rest_ids, out, end)
 
-    def build() -> np.ndarray:
-        out = np.empty(len(a), dtype=np.int64)
-        write_into(_bfd_kernel.descending_order(a, present, counts), out, 0)
-        return out
-
     starts = np.concatenate([[0], pat_end[:-1]])
     per_pack = np.repeat(np.add.reduceat(ent_n, starts), pat_k)
     fills = np.repeat(np.add.reduceat(ent_n * present[ent_g], starts), pat_k)
@@ -855,7 +865,9 @@ def _plan_of_patterns(
         fills = np.concatenate([fills, rest_fills])
     offsets = np.zeros(len(per_pack) + 1, dtype=np.int64)
     np.cumsum(per_pack, out=offsets[1:])
-    return Packing(offsets, fills=fills, build=build, write_into=write_into)
+    return Packing(
+        offsets, fills=fills, build=_builder(a, present, counts, write_into), write_into=write_into
+    )
 
 
 # the post-pass runs only on plans at most this many packs over the target: it saved at most 8 packs on any
