@@ -18,13 +18,15 @@ whether the target can be met at all (not where the LP's bound is past it: there
 Usage: python bench/planner_variants.py --variant shipped --variant "stop44: EXACT_LATE_OVER=-1; EXACT_WAYS_AGAIN=()"
        [--seeds 1,2,3] [--distinct 400,800,999,1500] [--n 64000,150000] [--capacities 2048,4096,8192,32768,131072]
        [--repeat 5] [--lp-bound SECONDS]
-A variant is NAME, or NAME: CONSTANT=VALUE; CONSTANT=VALUE (Python literals: -1, 0.5, (), ((True, 1, True),)).
+A variant is NAME, or NAME: CONSTANT=VALUE; CONSTANT=VALUE (Python literals: -1, 0.5, (), ((True, 1, True),)); a
+constant is refine's, or MODULE.CONSTANT for one of another module of packcfg.packing (_exact_kernel.ROOMS_MAX_SPAN=0).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import importlib.util
 import sys
 import time
@@ -65,9 +67,10 @@ def parse_variant(text: str) -> Variant:
     for part in filter(None, (p.strip() for p in body.split(";"))):
         constant, eq, value = part.partition("=")
         constant = constant.strip()
-        if not eq or not constant.isupper() or not hasattr(refine, constant):
+        if not eq or _owner(constant) is None:
             raise ValueError(
                 f"--variant {text!r}: {part!r} is not CONSTANT=VALUE for a constant of packcfg.packing.planning.refine"
+                " (or MODULE.CONSTANT=VALUE for one of packcfg.packing.MODULE)"
             )
         try:
             settings[constant] = ast.literal_eval(value.strip())
@@ -76,11 +79,29 @@ def parse_variant(text: str) -> Variant:
     return name, settings
 
 
+def _owner(constant: str):  # type: ignore[no-untyped-def]
+    """The module that holds `constant` (refine's NAME, or packcfg.packing's MODULE.NAME: the kernels' switches,
+    e.g. _exact_kernel.ROOMS_MAX_SPAN) and its name there, or None where it holds no such constant."""
+    module_name, _, name = constant.rpartition(".")
+    if not module_name:
+        module = refine
+    else:
+        try:
+            module = importlib.import_module(f"packcfg.packing.{module_name}")
+        except (ImportError, ValueError, TypeError):  # no such module, or no module name at all ("a..B")
+            return None
+    if not name.isupper() or not hasattr(module, name):
+        return None
+    return module, name
+
+
 def _set(settings: dict[str, object]) -> dict[str, object]:
-    """Apply `settings` to refine; returns what they replaced."""
-    old = {k: getattr(refine, k) for k in settings}
+    """Apply `settings` (refine's constants, or other modules' by MODULE.NAME); returns what they replaced."""
+    old = {}
     for k, v in settings.items():
-        setattr(refine, k, v)
+        module, name = _owner(k)
+        old[k] = getattr(module, name)
+        setattr(module, name, v)
     return old
 
 

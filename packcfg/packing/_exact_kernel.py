@@ -36,13 +36,31 @@ planning.refine makes such packs with t = 1 where the exact ones miss (the cutti
 inputs pair long samples with one other at a token or two of slack). The counts stay within the integer
 comparison's range: every ordered pair sums to one room, so a length's completions over all its rooms are at
 most N**2 + 2 N + 1, as with t = 0.
+
+Two kernels make these packs, pattern for pattern the same. `_exact` keeps the lengths with samples left in a
+compacted list and reads the pair-sum counts through tables by length: each pack costs a few passes over the
+lengths left, whose reads jump about those tables (1-3 ns a length). `_exact_rooms` keeps every array by
+length or by room (capacity - length): a length's completions are kept for its room and updated for a pack of
+lengths l by adding the counts at room - l, shifted copies of one array; the most constrained length is found
+by dividing in one pass and taking the least in another (keys as floats, which order as their bits do; ties
+within one float are settled in integers, as `_exact` compares). Those passes run over capacity + 1 slots in
+contiguous memory and vectorise (0.1-0.2 ns a slot each), so they cost less than `_exact`'s where the capacity
+spans a few times the lengths (ROOMS_MAX_SPAN), and more at long context with few lengths.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from packcfg.packing._refine_kernel import compiled, inlined
+from packcfg.packing._refine_kernel import HAVE_NUMBA, compiled, inlined
+
+if HAVE_NUMBA:
+    import numba as _nb
+
+    # a float division by 0 gives inf rather than raising: no check in the loop, so that it vectorises
+    _compiled_numpy_errors = _nb.njit(cache=True, nogil=True, error_model="numpy")
+else:  # pragma: no cover
+    _compiled_numpy_errors = compiled
 
 # Under this many samples the kernel compares completions per sample as integer cross products, exact and a
 # quarter faster than dividing (1M samples of 999 distinct at 2k: 3.4 -> 2.5 ms, the same packs on 120 inputs):
@@ -51,6 +69,12 @@ EXACT_COMPARE_MAX_ITEMS = 1 << 21
 # the near-exact packs (_near) count completions by three samples in int64 (up to N**3, and 3 N**3 while they
 # are updated): they run on what the exact packs leave only under this many samples
 NEAR_MAX_ITEMS = 1 << 20
+# `_exact_rooms` (every array by length or room, contiguous passes that vectorise) where the capacity spans at
+# most this many times the distinct lengths; `_exact` (the lengths compacted, read through tables by length)
+# above. The same patterns either way; measured over 2k-32k and 400-4,095 distinct (docs/packing.md, "The exact
+# kernel by room"): rooms 0.4-0.75x the time where the capacity spans up to 2.7 times the lengths, ~1x at 4-5,
+# 2-9x slower at 10-80.
+ROOMS_MAX_SPAN = 5
 
 
 @compiled
@@ -71,6 +95,87 @@ def _pack_of(lengths, per_pack, s0, s1, s2, s3):  # type: ignore[no-untyped-def]
                 per_pack[i] += 1
                 break
     return m
+
+
+@inlined
+def _histogram(present, counts, cnt):  # type: ignore[no-untyped-def]
+    """cnt[length] = its samples; returns group[length], the length's index in `present` (-1: none)."""
+    group = np.full(cnt.shape[0], -1, np.int64)
+    for g in range(present.shape[0]):
+        cnt[present[g]] = counts[g]
+        group[present[g]] = g
+    return group
+
+
+@inlined
+def _pairs_first(present, cnt, group, capacity, pat_k, pat_end, ent_g, ent_n):  # type: ignore[no-untyped-def]
+    """Every exact pair (a sample of x >= capacity / 2 with one of capacity - x; x = capacity alone) as many
+    times as the counts allow, into the patterns from the first; cnt falls by what they take. Returns
+    (n_pat, n_ent, packs)."""
+    n_pat = 0
+    n_ent = 0
+    packs = 0
+    for g in range(present.shape[0]):
+        x = present[g]
+        y = capacity - x
+        if y > x or cnt[x] == 0 or n_pat == pat_k.shape[0]:
+            continue
+        if y == 0:
+            times = cnt[x]
+            ent_g[n_ent] = g
+            ent_n[n_ent] = 1
+            n_ent += 1
+            cnt[x] = 0
+        elif y == x:
+            times = cnt[x] // 2
+            if times == 0:
+                continue
+            ent_g[n_ent] = g
+            ent_n[n_ent] = 2
+            n_ent += 1
+            cnt[x] -= 2 * times
+        else:
+            times = min(cnt[x], cnt[y])
+            if times == 0:
+                continue
+            ent_g[n_ent] = g
+            ent_n[n_ent] = 1
+            ent_g[n_ent + 1] = group[y]
+            ent_n[n_ent + 1] = 1
+            n_ent += 2
+            cnt[x] -= times
+            cnt[y] -= times
+        pat_k[n_pat] = times
+        pat_end[n_pat] = n_ent
+        n_pat += 1
+        packs += times
+    return n_pat, n_ent, packs
+
+
+@inlined
+def _times(cnt, lengths, per_pack, m, share):  # type: ignore[no-untyped-def]
+    """How many times a pack of lengths[:m] (per_pack[:m] samples each) is taken: `share` of the samples of
+    its rarest length (at least once), as far as every count allows."""
+    rarest = cnt[lengths[0]]
+    for i in range(1, m):
+        rarest = min(rarest, cnt[lengths[i]])
+    times = max(1, int(share * rarest))
+    for i in range(m):
+        times = min(times, cnt[lengths[i]] // per_pack[i])
+    return times
+
+
+@inlined
+def _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n):  # type: ignore[no-untyped-def]
+    """The pack of lengths[:m] taken `times` times, as pattern n_pat from entry n_ent on; returns the next
+    entry."""
+    for i in range(m):
+        ent_g[n_ent] = group[lengths[i]]
+        ent_n[n_ent] = per_pack[i]
+        n_ent += 1
+    pat_k[n_pat] = times
+    pat_end[n_pat] = n_ent
+    return n_ent
 
 
 @inlined
@@ -186,48 +291,10 @@ def _exact(
 ):  # type: ignore[no-untyped-def]
     n = capacity + 1
     cnt = np.zeros(n, np.int64)
-    group = np.full(n, -1, np.int64)
-    for g in range(present.shape[0]):
-        cnt[present[g]] = counts[g]
-        group[present[g]] = g
-    n_pat = 0
-    n_ent = 0
-    packs = 0
+    group = _histogram(present, counts, cnt)
+    n_pat, n_ent, packs = 0, 0, 0
     if pairs_first:  # every exact pair first: some best plan holds them all (the module's docstring)
-        for g in range(present.shape[0]):
-            x = present[g]
-            y = capacity - x
-            if y > x or cnt[x] == 0 or n_pat == pat_k.shape[0]:
-                continue
-            if y == 0:
-                times = cnt[x]
-                ent_g[n_ent] = g
-                ent_n[n_ent] = 1
-                n_ent += 1
-                cnt[x] = 0
-            elif y == x:
-                times = cnt[x] // 2
-                if times == 0:
-                    continue
-                ent_g[n_ent] = g
-                ent_n[n_ent] = 2
-                n_ent += 1
-                cnt[x] -= 2 * times
-            else:
-                times = min(cnt[x], cnt[y])
-                if times == 0:
-                    continue
-                ent_g[n_ent] = g
-                ent_n[n_ent] = 1
-                ent_g[n_ent + 1] = group[y]
-                ent_n[n_ent + 1] = 1
-                n_ent += 2
-                cnt[x] -= times
-                cnt[y] -= times
-            pat_k[n_pat] = times
-            pat_end[n_pat] = n_ent
-            n_pat += 1
-            packs += times
+        n_pat, n_ent, packs = _pairs_first(present, cnt, group, capacity, pat_k, pat_end, ent_g, ent_n)
     aside = np.zeros(n, np.bool_)
     # lengths with samples left, ascending (compacted as they run out)
     nz = np.empty(present.shape[0], np.int64)
@@ -284,12 +351,7 @@ def _exact(
             aside[v] = True
             continue
         m = _pack_of(lengths, per_pack, v, f0, f1, -1)
-        rarest = cnt[lengths[0]]
-        for i in range(1, m):
-            rarest = min(rarest, cnt[lengths[i]])
-        times = max(1, int(share * rarest))
-        for i in range(m):
-            times = min(times, cnt[lengths[i]] // per_pack[i])
+        times = _times(cnt, lengths, per_pack, m, share)
         if disjoint:
             _update_disjoint(cnt, pair_sums, nz, m_nz, lengths, per_pack, m, times, olds, news)
         else:
@@ -305,14 +367,223 @@ def _exact(
                     pair_sums[lengths[i] + lengths[j]] += times * per_pack[i] * times * per_pack[j]
             for i in range(m):
                 cnt[lengths[i]] -= times * per_pack[i]
-        for i in range(m):
-            ent_g[n_ent] = group[lengths[i]]
-            ent_n[n_ent] = per_pack[i]
-            n_ent += 1
-        pat_k[n_pat] = times
-        pat_end[n_pat] = n_ent
+        n_ent = _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n)
         n_pat += 1
         packs += times
+
+
+@_compiled_numpy_errors
+def _exact_rooms(
+    present,
+    counts,
+    capacity,
+    share,
+    exact_compare,
+    pairs_first,
+    tolerance,
+    disjoint,
+    pat_k,
+    pat_end,
+    ent_g,
+    ent_n,
+):  # type: ignore[no-untyped-def]
+    """`_exact` with every array indexed by length or room, so that its passes run over contiguous memory
+    (and vectorise): the same patterns, in a time that follows the capacity rather than the lengths."""
+    n = capacity + 1
+    t1 = tolerance + 1
+    pad = capacity + t1
+    cntp = np.zeros(pad + n, np.int64)  # cntp[pad + x]: the samples of length x (0 below 0)
+    cnt = cntp[pad:]
+    group = _histogram(present, counts, cnt)
+    n_pat, n_ent, packs = 0, 0, 0
+    if pairs_first:  # every exact pair first: some best plan holds them all (the module's docstring)
+        n_pat, n_ent, packs = _pairs_first(present, cnt, group, capacity, pat_k, pat_end, ent_g, ent_n)
+    # by room r = capacity - u: the samples of u, whether u is set aside, and its completions
+    by_room = np.empty(n, np.int64)
+    for r in range(n):
+        by_room[r] = cnt[capacity - r]
+    pair_sums = np.zeros(n, np.int64)  # completions by two samples, by their sum (up to the capacity)
+    if disjoint:
+        single = 1
+        for x in range(n):
+            c = cnt[x]
+            if c == 0:
+                continue
+            if 2 * x <= capacity:
+                pair_sums[2 * x] += c // 2
+            if 2 * x + 1 <= capacity:  # x + y for y over x + 1..capacity - x
+                dst = pair_sums[2 * x + 1 :]
+                src = cnt[x + 1 : n - x]
+                for j in range(src.shape[0]):
+                    dst[j] += min(c, src[j])
+    else:
+        single = 2
+        for x in range(n):
+            c = cnt[x]
+            if c == 0:
+                continue
+            dst = pair_sums[x:]
+            src = cnt[: n - x]
+            for j in range(src.shape[0]):
+                dst[j] += c * src[j]
+    num = np.zeros(n, np.int64)
+    for r in range(n):
+        for s in range(min(tolerance, r) + 1):
+            num[r] += pair_sums[r - s] + single * cnt[r - s] + (1 if s == r and s > 0 else 0)
+    aside = np.zeros(n, np.uint8)  # set aside where no completion was found (or none is left: num 0)
+    key = np.empty(n, np.float64)
+    key_bits = key.view(np.int64)  # keys are >= 0 (or inf): as integers they order alike
+    inf = np.inf
+    no_key = np.array([inf]).view(np.int64)[0]
+    lo = 0  # the rooms of lengths with samples left, not set aside, lie in lo..hi
+    hi = capacity
+    lengths = np.zeros(4, np.int64)
+    per_pack = np.zeros(4, np.int64)
+    olds = np.zeros(4, np.int64)
+    news = np.zeros(4, np.int64)
+    while True:
+        while lo <= hi and (by_room[lo] == 0 or aside[lo] != 0 or (num[lo] == 0 and lo > 0)):
+            lo += 1
+        while hi >= lo and (by_room[hi] == 0 or aside[hi] != 0 or (num[hi] == 0 and hi > 0)):
+            hi -= 1
+        if lo > hi or n_pat == pat_k.shape[0]:
+            return n_pat, n_ent, packs
+        # the scan: each length's completions per sample (inf where it has no sample, no completion or is set
+        # aside), their least, and the first length that has it, ascending (room descending)
+        kv = key[lo : hi + 1]
+        cv = by_room[lo : hi + 1]
+        xv = num[lo : hi + 1]
+        av = aside[lo : hi + 1]
+        for j in range(kv.shape[0]):
+            c = cv[j]
+            x = xv[j]
+            q = np.float64(x) / np.float64(c)
+            kv[j] = inf if (av[j] != 0) | (c == 0) | ((x == 0) & (lo + j > 0)) else q
+        kb = key_bits[lo : hi + 1]
+        least = no_key
+        for j in range(kb.shape[0]):
+            least = min(least, kb[j])
+        if least == no_key:
+            return n_pat, n_ent, packs
+        ties = 0
+        last = -1  # the last room (first length) with the least
+        for j in range(kb.shape[0]):
+            tie = kb[j] == least
+            ties += tie
+            last = max(last, j if tie else -1)
+        iv = lo + last
+        if exact_compare and ties > 1:  # the same float, maybe not the same fraction: the least in integers
+            best_num = num[iv]
+            best_den = by_room[iv]
+            for r in range(iv - 1, lo - 1, -1):
+                if key_bits[r] == least and num[r] * best_den < best_num * by_room[r]:
+                    iv = r
+                    best_num = num[r]
+                    best_den = by_room[r]
+        v = capacity - iv
+        cnt[v] -= 1
+        by_room[iv] -= 1
+        f0, f1 = _room_completion(cnt, by_room, capacity, iv)
+        s = 0
+        while f0 == -1 and s < min(tolerance, iv):  # the least slack s with a completion
+            s += 1
+            f0, f1 = _room_completion(cnt, by_room, capacity, iv - s)
+        cnt[v] += 1
+        by_room[iv] += 1
+        if f0 == -1:
+            aside[iv] = 1
+            continue
+        m = _pack_of(lengths, per_pack, v, f0, f1, -1)
+        times = _times(cnt, lengths, per_pack, m, share)
+        for i in range(m):
+            olds[i] = cnt[lengths[i]]
+            news[i] = olds[i] - times * per_pack[i]
+        # the completions follow the counts (read at the old counts): over the rooms r of the lengths left, the
+        # pairs of a pack's length l with a sample of r - s - l
+        for i in range(m, 3):  # a pack of fewer lengths: the others change nothing
+            lengths[i] = 0
+            olds[i] = 0
+            news[i] = 0
+        for s in range(t1):  # one pass over the rooms for each slack, the pack's (up to 3) lengths in it
+            dst = num[lo : hi + 1]
+            src0 = cntp[pad + lo - s - lengths[0] : pad + hi + 1 - s - lengths[0]]
+            src1 = cntp[pad + lo - s - lengths[1] : pad + hi + 1 - s - lengths[1]]
+            src2 = cntp[pad + lo - s - lengths[2] : pad + hi + 1 - s - lengths[2]]
+            if disjoint:
+                o0, o1, o2 = olds[0], olds[1], olds[2]
+                w0, w1, w2 = news[0], news[1], news[2]
+                for j in range(dst.shape[0]):
+                    c0 = src0[j]
+                    c1 = src1[j]
+                    c2 = src2[j]
+                    dst[j] += (
+                        (min(w0, c0) - min(o0, c0))
+                        + (min(w1, c1) - min(o1, c1))
+                        + (min(w2, c2) - min(o2, c2))
+                    )
+            else:
+                d0, d1, d2 = 2 * (news[0] - olds[0]), 2 * (news[1] - olds[1]), 2 * (news[2] - olds[2])
+                for j in range(dst.shape[0]):
+                    dst[j] += d0 * src0[j] + d1 * src1[j] + d2 * src2[j]
+        # then at single sums: the pairs within the pack set right, and the pack's lengths as single samples
+        for i in range(m):
+            li = lengths[i]
+            _add_rooms(num, li, t1, single * (news[i] - olds[i]))
+            if disjoint:
+                # y = li itself was counted as a pair of two samples at min(new, old) - old
+                _add_rooms(num, 2 * li, t1, news[i] // 2 - olds[i] // 2 - (news[i] - olds[i]))
+                for j in range(i + 1, m):
+                    lj = lengths[j]
+                    counted = (min(news[i], olds[j]) - min(olds[i], olds[j])) + (
+                        min(news[j], olds[i]) - min(olds[j], olds[i])
+                    )
+                    _add_rooms(num, li + lj, t1, min(news[i], news[j]) - min(olds[i], olds[j]) - counted)
+            else:
+                for j in range(m):
+                    _add_rooms(num, li + lengths[j], t1, times * per_pack[i] * times * per_pack[j])
+        for i in range(m):
+            cnt[lengths[i]] = news[i]
+            by_room[capacity - lengths[i]] = news[i]
+        n_ent = _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n)
+        n_pat += 1
+        packs += times
+
+
+@inlined
+def _add_rooms(num, total, t1, amount):  # type: ignore[no-untyped-def]
+    """A change of `amount` in the completions that sum to `total`, in num[r] for every room r that counts
+    them (r = total + s, s < t1)."""
+    for s in range(t1):
+        r = total + s
+        if r < num.shape[0]:
+            num[r] += amount
+
+
+@compiled
+def _room_completion(cnt, by_room, capacity, room):  # type: ignore[no-untyped-def]
+    """`_completion` over the lengths 1..room // 2 (by_room[capacity - y] = cnt[y], read forward)."""
+    if room == 0:
+        return -2, -1
+    if cnt[room] > 0:
+        return room, -1
+    half = room // 2
+    most = 0
+    top = (room - 1) // 2  # x < y = room - x
+    base = capacity - room
+    for x in range(1, top + 1):
+        most = max(most, min(cnt[x], by_room[base + x]))
+    f0 = -1
+    f1 = -1
+    if most > 0:
+        for x in range(1, top + 1):
+            if min(cnt[x], by_room[base + x]) == most:
+                f0 = x
+                f1 = room - x
+                break
+    if 2 * half == room and cnt[half] > 1 and cnt[half] > most:  # x = y = room / 2, last (as in _completion)
+        f0 = half
+        f1 = half
+    return f0, f1
 
 
 @compiled
@@ -591,12 +862,15 @@ def exact_patterns(
     pairs_first: bool = True,
     tolerance: int = 0,
     disjoint: bool = False,
+    by_room: bool | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The exact packs on the histogram (present: distinct lengths, each <= capacity; counts: samples of
     each), at most `max_patterns` patterns: (pat_k, pat_end, ent_g, ent_n, left, packs) in the form
     `_refine_kernel.patterns` gives them (ent_g indexes `present`), left: the samples of each length left.
     `pairs_first`: every exact pair of samples before the most constrained order (the module's docstring);
-    `tolerance`: the slack a pack after them may have, in tokens (0: exactly full)."""
+    `tolerance`: the slack a pack after them may have, in tokens (0: exactly full). `by_room`: which of the two
+    kernels makes them (the same patterns either way; None: `_exact_rooms` where the capacity spans at most
+    ROOMS_MAX_SPAN times the lengths, else `_exact`)."""
     present = np.ascontiguousarray(present, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     pat_k = np.empty(max_patterns, dtype=np.int64)
@@ -604,7 +878,10 @@ def exact_patterns(
     ent_g = np.empty(3 * max_patterns, dtype=np.int64)
     ent_n = np.empty(3 * max_patterns, dtype=np.int64)
     exact_compare = int(counts.sum()) < EXACT_COMPARE_MAX_ITEMS
-    n_pat, n_ent, packs = _exact(
+    if by_room is None:
+        by_room = capacity + 1 <= ROOMS_MAX_SPAN * len(present)
+    kernel = _exact_rooms if by_room else _exact
+    n_pat, n_ent, packs = kernel(
         present,
         counts,
         int(capacity),

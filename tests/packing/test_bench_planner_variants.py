@@ -31,7 +31,20 @@ def test_a_variant_names_constants_of_the_stage_with_literal_values(monkeypatch,
     assert bench.parse_variant("w: EXACT_WAYS_AGAIN=((True, 1, True),)")[1] == {
         "EXACT_WAYS_AGAIN": ((True, 1, True),)
     }
+    # another module of packcfg.packing by MODULE.CONSTANT (the kernels' switches), set and put back
+    assert bench.parse_variant("k: _exact_kernel.ROOMS_MAX_SPAN=0")[1] == {"_exact_kernel.ROOMS_MAX_SPAN": 0}
+    from packcfg.packing import _exact_kernel
+
+    span = _exact_kernel.ROOMS_MAX_SPAN
+    old = bench._set({"_exact_kernel.ROOMS_MAX_SPAN": 0})
+    assert _exact_kernel.ROOMS_MAX_SPAN == 0 and old == {"_exact_kernel.ROOMS_MAX_SPAN": span}
+    bench._set(old)
+    assert _exact_kernel.ROOMS_MAX_SPAN == span
     for bad, says in [
+        ("x: _exact_kernel.NOPE=1", "NOPE=1"),
+        ("x: _exact_kernel.np=1", "np=1"),  # a module's name, not a constant
+        ("x: no_such_module.X=1", "no_such_module"),
+        ("x: a..B=1", "a..B"),
         ("x: NOT_A_CONSTANT=1", "NOT_A_CONSTANT=1"),
         ("x: margin=1", "margin=1"),  # a function, not a constant
         ("x: EXACT_LATE_OVER=__import__('os')", "not a Python literal"),

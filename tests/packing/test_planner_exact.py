@@ -700,16 +700,19 @@ def _disjoint_reference(present, counts, capacity, share, pairs_first, tolerance
     tolerance=st.sampled_from([0, 1, 2]),
     pairs_first=st.booleans(),
     step=st.integers(1, 7),
+    by_room=st.booleans(),
 )
-def test_the_disjoint_counts_follow_the_samples(counts, capacity, share, tolerance, pairs_first, step):
-    """Completions counted as those that share no sample: the kernel's packs are the reference's, which
-    recounts them from the samples left at every step. Control: the products of counts (the default) make other
-    packs on some of these histograms (checked below on one)."""
+def test_the_disjoint_counts_follow_the_samples(
+    counts, capacity, share, tolerance, pairs_first, step, by_room
+):
+    """Completions counted as those that share no sample: the kernel's packs (either kernel, by length or by
+    room) are the reference's, which recounts them from the samples left at every step. Control: the products
+    of counts (the default) make other packs on some of these histograms (checked below on one)."""
     present = np.unique(np.arange(len(counts), dtype=np.int64) * step % (capacity + 1))
     counts = np.asarray(counts, dtype=np.int64)[: len(present)]
     present, counts = present[::-1].copy(), counts[: len(present)][::-1].copy()
     pat_k, pat_end, ent_g, ent_n, left, packs = _exact_kernel.exact_patterns(
-        present, counts, capacity, share, 64 * (len(present) + 16), pairs_first, tolerance, True
+        present, counts, capacity, share, 64 * (len(present) + 16), pairs_first, tolerance, True, by_room
     )
     want, cnt = _disjoint_reference(present, counts, capacity, share, pairs_first, tolerance)
     starts = np.concatenate([[0], pat_end[:-1]]).astype(np.int64)[: len(pat_end)]
@@ -815,3 +818,93 @@ def test_write_patterns_writes_packs_then_what_they_leave_and_checks_its_room():
         _refine_kernel.write_patterns(*args, out, 2, np.empty(3, dtype=np.int64))
     with pytest.raises(ValueError):
         _refine_kernel.write_patterns(*args, np.empty(7, dtype=np.int64), 2, rest)
+
+
+def _exact_both(*args, floats: bool = False) -> tuple[tuple, tuple]:
+    """exact_patterns by length and by room (`_exact`, `_exact_rooms`), optionally comparing by floats
+    (EXACT_COMPARE_MAX_ITEMS 0: what runs from 2**21 samples)."""
+    limit = _exact_kernel.EXACT_COMPARE_MAX_ITEMS
+    if floats:
+        _exact_kernel.EXACT_COMPARE_MAX_ITEMS = 0
+    try:
+        return (
+            _exact_kernel.exact_patterns(*args, by_room=False),
+            _exact_kernel.exact_patterns(*args, by_room=True),
+        )
+    finally:
+        _exact_kernel.EXACT_COMPARE_MAX_ITEMS = limit
+
+
+def _same_patterns(x: tuple, y: tuple) -> bool:
+    return x[5] == y[5] and all(np.array_equal(p, q) for p, q in zip(x[:5], y[:5], strict=True))
+
+
+@needs_numba
+@settings(max_examples=150, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 40), min_size=1, max_size=80),
+    capacity=st.integers(8, 300),
+    step=st.integers(1, 9),
+    share=st.sampled_from([0.1, 0.5, 1.0]),
+    tolerance=st.sampled_from([0, 1, 2]),
+    pairs_first=st.booleans(),
+    disjoint=st.booleans(),
+    floats=st.booleans(),
+)
+def test_the_kernel_by_room_makes_the_kernel_by_lengths_packs(
+    counts, capacity, step, share, tolerance, pairs_first, disjoint, floats
+):
+    """`_exact_rooms` (every array by length or room, passes that vectorise) makes exactly `_exact`'s
+    patterns, in the same order, and leaves the same samples: with every way the planner calls it, and with
+    the most constrained length found by integer cross products or by floats (ties go to the first length,
+    ascending, in both)."""
+    present = np.unique(np.arange(len(counts), dtype=np.int64) * step % (capacity + 1))
+    counts = np.asarray(counts, dtype=np.int64)[: len(present)]
+    present, counts = present[::-1].copy(), counts[: len(present)][::-1].copy()
+    args = (present, counts, capacity, share, 64 * (len(present) + 16), pairs_first, tolerance, disjoint)
+    by_lengths, by_room = _exact_both(*args, floats=floats)
+    assert _same_patterns(by_lengths, by_room)
+
+
+@needs_numba
+@pytest.mark.parametrize("capacity, distinct", [(2048, 1500), (4096, 999), (8192, 2000)])
+def test_the_kernel_by_room_makes_the_same_packs_at_scale(capacity, distinct):
+    """At 64k samples of 999-2,000 distinct lengths (thousands of patterns, where ties of completions per
+    sample come up as equal fractions and, compared by floats, as fractions that round alike), both kernels
+    make the same patterns with the three ways the planner runs."""
+    a = _few_distinct(64_000, capacity, distinct)
+    present, counts = np.unique(a, return_counts=True)
+    present, counts = present[::-1].copy(), counts[::-1].copy()
+    for way in ((True, 0, False), (True, 1, False), (True, 1, True)):
+        for floats in (False, True):
+            args = (present, counts, capacity, 1.0, 64 * (len(present) + 16), *way)
+            by_lengths, by_room = _exact_both(*args, floats=floats)
+            assert by_lengths[5] > 0 and _same_patterns(by_lengths, by_room)
+
+
+@needs_numba
+@pytest.mark.parametrize("by_room", [False, True])
+def test_a_float_tie_of_two_fractions_goes_to_the_smaller(by_room):
+    """Capacity 103; 700,001 samples of 10 complete by 43 + 50, 662,537 of 20 by 31 + 52 (no other
+    completions, and every other length has far more per sample). Per sample that is 2 x 140,329 x 150,011 /
+    700,001 and 2 x 130,614 x 152,543 / 662,537: two fractions one part in 1e17 apart, the second smaller, that
+    round to the same float. Compared in integers (under EXACT_COMPARE_MAX_ITEMS samples) both kernels take 20
+    first; by floats, the first length of the tie, 10 (the control, which shows the tie is real)."""
+    c10, c20, c31, c43, c50, c52 = 700_001, 662_537, 130_614, 140_329, 150_011, 152_543
+    assert 2 * c43 * c50 / c10 == 2 * c31 * c52 / c20 and c31 * c52 * c10 < c43 * c50 * c20
+    present = np.array([52, 50, 43, 31, 20, 10])
+    counts = np.array([c52, c50, c43, c31, c20, c10])
+
+    def first_pack(floats: bool) -> tuple[int, list[int]]:
+        limit = _exact_kernel.EXACT_COMPARE_MAX_ITEMS
+        _exact_kernel.EXACT_COMPARE_MAX_ITEMS = 0 if floats else limit
+        try:
+            pat_k, pat_end, ent_g, *_ = _exact_kernel.exact_patterns(
+                present, counts, 103, 1.0, 64, True, 0, False, by_room
+            )
+        finally:
+            _exact_kernel.EXACT_COMPARE_MAX_ITEMS = limit
+        return int(pat_k[0]), sorted(present[ent_g[: pat_end[0]]].tolist())
+
+    assert first_pack(floats=False) == (c31, [20, 31, 52])
+    assert first_pack(floats=True) == (c43, [10, 43, 50])
