@@ -71,10 +71,9 @@ EXACT_COMPARE_MAX_ITEMS = 1 << 21
 NEAR_MAX_ITEMS = 1 << 20
 # `_exact_rooms` (every array by length or room, contiguous passes that vectorise) where the capacity spans at
 # most this many times the distinct lengths; `_exact` (the lengths compacted, read through tables by length)
-# above. The same patterns either way; measured over 2k-32k and 400-4,095 distinct (docs/packing.md, "The exact
-# kernel by room"): rooms 0.4-0.75x the time where the capacity spans up to 2.7 times the lengths, ~1x at 4-5,
-# 2-9x slower at 10-80.
-ROOMS_MAX_SPAN = 5
+# above. The same patterns either way; measured at 2k-32k with 600-4,095 distinct (docs/packing.md, "The exact
+# kernel by room"): by room 0.3-0.8x the time up to a span of 5.5, about 1x at 6-7.5, 1.3-1.6x at 8-10.
+ROOMS_MAX_SPAN = 6
 
 
 @compiled
@@ -435,6 +434,12 @@ def _exact_rooms(
     key_bits = key.view(np.int64)  # keys are >= 0 (or inf): as integers they order alike
     inf = np.inf
     no_key = np.array([inf]).view(np.int64)[0]
+    one = np.zeros(1, np.float64)  # a float and its bits
+    one_bits = one.view(np.int64)
+    # 1 / samples by room (inf for none): a key is completions x this, within 2.1 float epsilons of the fraction
+    inv = np.empty(n, np.float64)
+    for r in range(n):
+        inv[r] = 1.0 / by_room[r] if by_room[r] > 0 else inf
     lo = 0  # the rooms of lengths with samples left, not set aside, lie in lo..hi
     hi = capacity
     lengths = np.zeros(4, np.int64)
@@ -449,15 +454,18 @@ def _exact_rooms(
         if lo > hi or n_pat == pat_k.shape[0]:
             return n_pat, n_ent, packs
         # the scan: each length's completions per sample (inf where it has no sample, no completion or is set
-        # aside), their least, and the first length that has it, ascending (room descending)
+        # aside), their least, and the last room (first length) within a few float epsilons of it: by
+        # multiplying by 1 / samples, each key is within 2.1 epsilons of its fraction, so the least fraction is
+        # among those; where there are several, the fractions settle it, as `_exact` compares
         kv = key[lo : hi + 1]
         cv = by_room[lo : hi + 1]
         xv = num[lo : hi + 1]
         av = aside[lo : hi + 1]
+        iw = inv[lo : hi + 1]
         for j in range(kv.shape[0]):
             c = cv[j]
             x = xv[j]
-            q = np.float64(x) / np.float64(c)
+            q = np.float64(x) * iw[j]
             kv[j] = inf if (av[j] != 0) | (c == 0) | ((x == 0) & (lo + j > 0)) else q
         kb = key_bits[lo : hi + 1]
         least = no_key
@@ -465,21 +473,31 @@ def _exact_rooms(
             least = min(least, kb[j])
         if least == no_key:
             return n_pat, n_ent, packs
+        one_bits[0] = least
+        one[0] = one[0] * (1.0 + 2.0**-48)
+        near = one_bits[0]
         ties = 0
-        last = -1  # the last room (first length) with the least
+        last = -1  # the last room (first length) near the least
         for j in range(kb.shape[0]):
-            tie = kb[j] == least
+            tie = kb[j] <= near
             ties += tie
             last = max(last, j if tie else -1)
         iv = lo + last
-        if exact_compare and ties > 1:  # the same float, maybe not the same fraction: the least in integers
+        if ties > 1:  # the least fraction among them, the first length first (in integers, or by dividing)
             best_num = num[iv]
             best_den = by_room[iv]
+            best = best_num / best_den
             for r in range(iv - 1, lo - 1, -1):
-                if key_bits[r] == least and num[r] * best_den < best_num * by_room[r]:
-                    iv = r
-                    best_num = num[r]
-                    best_den = by_room[r]
+                if key_bits[r] <= near:
+                    if exact_compare:
+                        fewer = num[r] * best_den < best_num * by_room[r]
+                    else:
+                        fewer = num[r] / by_room[r] < best
+                    if fewer:
+                        iv = r
+                        best_num = num[r]
+                        best_den = by_room[r]
+                        best = best_num / best_den
         v = capacity - iv
         cnt[v] -= 1
         by_room[iv] -= 1
@@ -544,6 +562,7 @@ def _exact_rooms(
         for i in range(m):
             cnt[lengths[i]] = news[i]
             by_room[capacity - lengths[i]] = news[i]
+            inv[capacity - lengths[i]] = 1.0 / news[i] if news[i] > 0 else inf
         n_ent = _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n)
         n_pat += 1
         packs += times
@@ -561,25 +580,28 @@ def _add_rooms(num, total, t1, amount):  # type: ignore[no-untyped-def]
 
 @compiled
 def _room_completion(cnt, by_room, capacity, room):  # type: ignore[no-untyped-def]
-    """`_completion` over the lengths 1..room // 2 (by_room[capacity - y] = cnt[y], read forward)."""
+    """`_completion` over the lengths 1..room // 2 (by_room[capacity - y] = cnt[y], read forward): two passes
+    over views that start at 0, which vectorise (the most samples of a pair's rarer length, then the first x
+    that has it)."""
     if room == 0:
         return -2, -1
     if cnt[room] > 0:
         return room, -1
     half = room // 2
+    top = (room - 1) // 2  # x < y = room - x, x from 1
+    xs = cnt[1 : top + 1]
+    ys = by_room[capacity - room + 1 : capacity - room + top + 1]
     most = 0
-    top = (room - 1) // 2  # x < y = room - x
-    base = capacity - room
-    for x in range(1, top + 1):
-        most = max(most, min(cnt[x], by_room[base + x]))
+    for j in range(xs.shape[0]):
+        most = max(most, min(xs[j], ys[j]))
     f0 = -1
     f1 = -1
     if most > 0:
-        for x in range(1, top + 1):
-            if min(cnt[x], by_room[base + x]) == most:
-                f0 = x
-                f1 = room - x
-                break
+        first = top
+        for j in range(xs.shape[0]):
+            first = min(first, j if min(xs[j], ys[j]) == most else top)
+        f0 = first + 1
+        f1 = room - f0
     if 2 * half == room and cnt[half] > 1 and cnt[half] > most:  # x = y = room / 2, last (as in _completion)
         f0 = half
         f1 = half
