@@ -617,7 +617,10 @@ def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat,
     capacity - u - s for any s in 0..slack; it is completed at the least slack it can be, by the completion
     whose rarest length has the most samples left, and that pack applied as often as the counts allow. A length
     with no completion is set aside. Appends to the patterns from (n_pat, n_ent); returns (n_pat, n_ent,
-    packs). The counts of completions are int64: near_patterns keeps the samples under NEAR_MAX_ITEMS."""
+    packs). The counts of completions are int64: near_patterns keeps the samples under NEAR_MAX_ITEMS. The
+    search for a completion goes over pairs x <= y, the third sample the longest z <= room - x - y (a pointer
+    that only moves down as y grows), and once an exact completion is found it passes over every x and y with
+    no more samples than its rarest length has (none of theirs could be taken instead)."""
     n = capacity + 1
     cnt = np.zeros(n, np.int64)
     group = np.full(n, -1, np.int64)
@@ -694,6 +697,8 @@ def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat,
                 if x > room:
                     break
                 continue
+            if best_s == 0 and cnt[x] <= best_most:
+                continue  # an exact completion is found, and none with x has more samples of its rarest
             s = room - x  # x alone
             if s <= slack and (s < best_s or s == best_s and cnt[x] > best_most):
                 best_s = s
@@ -702,6 +707,17 @@ def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat,
             # y ascending, but only where it can complete: y <= (room - x) / 2 (a triple, z >= y) or
             # y >= room - x - slack (a pair); between the two there is nothing to find
             j = i
+            # qz: the first length over t = room - x - y, for the triples below; t only falls as y grows, so
+            # it only moves down (found once for y = x, then walked)
+            lo = i
+            hi = m_nz
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if nz[mid] > room - 2 * x:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            qz = lo
             while j < m_nz:
                 y = nz[j]
                 if x + y > room:
@@ -719,8 +735,8 @@ def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat,
                     continue
                 j += 1
                 cy = cnt[y] - (1 if y == x else 0)
-                if cy <= 0:
-                    continue
+                if cy <= 0 or best_s == 0 and min(cnt[x], cnt[y]) <= best_most:
+                    continue  # (nor with x and y)
                 most_xy = min(cnt[x] // 2, cnt[y] // 2) if y == x else min(cnt[x], cnt[y])
                 s = room - x - y
                 if s <= slack and (s < best_s or s == best_s and most_xy > best_most):
@@ -730,15 +746,9 @@ def _near(present, counts, capacity, slack, pat_k, pat_end, ent_g, ent_n, n_pat,
                 t = room - x - y  # the longest z <= t with z >= y (then the least slack for x, y)
                 if t < y:
                     continue
-                lo = j - 1
-                hi = m_nz
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    if nz[mid] > t:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                q = lo - 1
+                while qz > j and nz[qz - 1] > t:
+                    qz -= 1
+                q = qz - 1
                 while q >= j - 1:  # the longest z with a sample left for this triple
                     z = nz[q]
                     need_z = 1 + (1 if z == x else 0) + (1 if z == y else 0)
