@@ -398,7 +398,8 @@ def _exact_rooms(
     n_pat, n_ent, packs = 0, 0, 0
     if pairs_first:  # every exact pair first: some best plan holds them all (the module's docstring)
         n_pat, n_ent, packs = _pairs_first(present, cnt, group, capacity, pat_k, pat_end, ent_g, ent_n)
-    # by room r = capacity - u: the samples of u, whether u is set aside, and its completions
+    # by room r = capacity - u: the samples of u (below: its completions num, whether it is set aside, 1 / its
+    # samples inv; pair_sums by the sum of a pair, which is the room it completes)
     by_room = np.empty(n, np.int64)
     for r in range(n):
         by_room[r] = cnt[capacity - r]
