@@ -14,12 +14,14 @@ SAMPLE_SFT = data_dir() / "sample_sft"
 
 
 @pytest.fixture(scope="module")
-def without_the_exact_try():
-    """PACKCFG_PLANNER_EXACT=off for a module whose tests pin down bfd's tries or post-pass on inputs where the
-    refinement stage's exact try, which runs first, would end the stage (tests/packing/test_planner_exact.py
-    has the try itself)."""
+def only_the_tries():
+    """PACKCFG_PLANNER_EXACT=off and PACKCFG_PLANNER_NEAR_PAIRS=off for a module whose tests pin down bfd's tries
+    or post-pass on inputs where the refinement stage's exact try, which runs first, would end the stage, or
+    where the near pairs, which run after the tries, would change the plan they leave
+    (tests/packing/test_planner_exact.py and test_planner_near_pairs.py have those)."""
     with pytest.MonkeyPatch.context() as m:
         m.setenv("PACKCFG_PLANNER_EXACT", "off")
+        m.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
         yield
 
 

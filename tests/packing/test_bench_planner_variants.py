@@ -67,15 +67,14 @@ def test_a_variant_names_constants_of_the_stage_with_literal_values(monkeypatch,
 @needs_numba
 def test_a_comparison_counts_its_rows_and_restores_the_stage():
     """One input (64k samples of 800 distinct lengths at 2k, seed 1), the shipped stage against no exact packs
-    once more: +11 against +56 (test_planner_exact pins both), both over the target; the constants are as they
-    were afterwards, also where a variant's plan raises."""
+    once more and no near pairs: +11 against +56 (test_planner_exact pins both), both over the target; the
+    constants are as they were afterwards, also where a variant's plan raises."""
     bench = _bench()
-    before = refine.EXACT_WAYS_AGAIN
+    before = refine.EXACT_WAYS_AGAIN, refine.NEAR_PAIR_MAX_CAPACITY
     out = io.StringIO()
-    total = bench.compare(
-        [("shipped", {}), ("without", {"EXACT_WAYS_AGAIN": ()})], (1,), (800,), (64_000,), (2048,), 1, out
-    )
-    assert refine.EXACT_WAYS_AGAIN == before
+    without = {"EXACT_WAYS_AGAIN": (), "NEAR_PAIR_MAX_CAPACITY": 0}
+    total = bench.compare([("shipped", {}), ("without", without)], (1,), (800,), (64_000,), (2048,), 1, out)
+    assert (refine.EXACT_WAYS_AGAIN, refine.NEAR_PAIR_MAX_CAPACITY) == before
     assert total["shipped"][0] == 1 and total["shipped"][3] == 11
     assert total["without"][0] == 1 and total["without"][3] == 56
     assert "800 distinct at 2048, 64000 samples, seed 1 | +11 over" in out.getvalue()
@@ -83,7 +82,7 @@ def test_a_comparison_counts_its_rows_and_restores_the_stage():
         bench.compare(
             [("bad", {"EXACT_WAYS_AGAIN": "not ways"})], (1,), (800,), (64_000,), (2048,), 1, io.StringIO()
         )
-    assert refine.EXACT_WAYS_AGAIN == before
+    assert (refine.EXACT_WAYS_AGAIN, refine.NEAR_PAIR_MAX_CAPACITY) == before
 
 
 @needs_numba

@@ -21,8 +21,9 @@ from tests.packing.test_planner_refine import (
 
 needs_numba = pytest.mark.skipif(not _eliminate_kernel.HAVE_NUMBA, reason="the post-pass needs numba")
 
-# these tests pin down the post-pass after the tries on inputs where the exact try, which runs first, would end the stage
-pytestmark = pytest.mark.usefixtures("without_the_exact_try")
+# these tests pin down the post-pass after the tries on inputs where the exact try, which runs first, would end the stage, or the
+# near pairs, which run after them, would change their plan
+pytestmark = pytest.mark.usefixtures("only_the_tries")
 
 
 def _packs(lengths, order, offsets):

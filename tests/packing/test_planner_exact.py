@@ -746,8 +746,8 @@ def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
     """64k samples of 800 distinct lengths at 2k (seed 1): the exact try's first way gives up (its packs and L2
     of their rest pass the target), the tries land LB + 56 (measured), and the exact packs once more
     (EXACT_WAYS_AGAIN: a token of slack, completions that share no sample, planned where they beat that) bring
-    it to LB + 11. Control: without them, LB + 56. Where the plan is within the target (600 distinct, seed 7)
-    they do not run."""
+    it to LB + 11. Control: without them (and without the near pairs, which run after them: LB + 16 then),
+    LB + 56. Where the plan is within the target (600 distinct, seed 7) they do not run."""
     a = _few_distinct(64_000, 2048, 800, 1)
     lb = _lb(a, 2048)
     ways = _record_ways(monkeypatch)
@@ -758,7 +758,10 @@ def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
     assert p.num_packs - lb == 11 and (True, 1, True) in ways
     shipped = refine.EXACT_WAYS_AGAIN
     monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())
+    assert plan(a, 2048).num_packs - lb == 16
+    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
     assert plan(a, 2048).num_packs - lb == 56
+    monkeypatch.delenv("PACKCFG_PLANNER_NEAR_PAIRS")
     monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", shipped)
     ways.clear()
     b = _few_distinct(64_000, 2048, 600)

@@ -14,8 +14,9 @@ from packcfg.packing.planning import refine
 
 needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stage needs numba")
 
-# these tests pin down the tries on inputs where the exact try, which runs first, would end the stage
-pytestmark = pytest.mark.usefixtures("without_the_exact_try")
+# these tests pin down the tries on inputs where the exact try, which runs first, would end the stage, or the
+# near pairs, which run after them, would change their plan
+pytestmark = pytest.mark.usefixtures("only_the_tries")
 
 
 def _few_distinct(n: int, capacity: int, distinct: int, seed: int = 7) -> np.ndarray:

@@ -469,6 +469,22 @@ def refine(
         exact = exact_try(EXACT_WAYS_AGAIN, best_packs - 1)
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
+    # still over the target: pairs of a long sample and one other within a few tokens of full first, then the
+    # stage on what they leave (NEAR_PAIR_SLACK_SHIFT)
+    if (
+        not nested
+        and depth == 0
+        and best_packs > goal
+        and capacity <= NEAR_PAIR_MAX_CAPACITY
+        and not switched_off("PACKCFG_PLANNER_NEAR_PAIRS")
+        and not effort.spent()
+    ):
+        slack = min(capacity >> NEAR_PAIR_SLACK_SHIFT, NEAR_PAIR_MAX_SLACK)
+        near = _near_pairs_plan(
+            a, capacity, k_max, present, counts, slack, best_fit, count, effort, goal, best_packs
+        )
+        if near is not None and len(near.offsets) - 1 < best_packs:
+            best, best_packs = near, len(near.offsets) - 1
     # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal, and at
     # most ELIMINATE_MAX_OVER over the target; below STOP_AT_LB_ITEMS items only where one pack is missing:
     # there its budget (about 1M operations) saved at most one pack on any row measured (64k samples: 600
@@ -483,6 +499,77 @@ def refine(
     ):
         best = eliminate.eliminate(a, capacity, k_max, best, stop)
     return best
+
+
+def _near_pairs(
+    present: np.ndarray, counts: np.ndarray, capacity: int, slack: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs of a sample over half the capacity and one other that leave at most `slack` tokens of the pack,
+    least slack first (every such pair at s tokens before any at s + 1), each as many times as the counts
+    allow: (times, the long length's index in `present`, the other's, the samples left of each length).
+    At one slack no two long lengths want the same other (it is capacity - slack - the long one), so a slack's
+    pairs are taken together."""
+    group = np.full(capacity + 1, -1, dtype=np.int64)
+    group[present] = np.arange(len(present))
+    left = counts.astype(np.int64).copy()
+    big = np.flatnonzero(2 * present > capacity)
+    out_k, out_x, out_y = [], [], []
+    for s in range(slack + 1):
+        other = capacity - present[big] - s
+        fits = other >= 1
+        gx = big[fits]
+        gy = group[other[fits]]
+        gx, gy = gx[gy >= 0], gy[gy >= 0]
+        times = np.minimum(left[gx], left[gy])
+        some = times > 0
+        gx, gy, times = gx[some], gy[some], times[some]
+        left[gx] -= times
+        left[gy] -= times
+        out_k.append(times)
+        out_x.append(gx)
+        out_y.append(gy)
+    return np.concatenate(out_k), np.concatenate(out_x), np.concatenate(out_y), left
+
+
+def _near_pairs_plan(
+    a: np.ndarray,
+    capacity: int,
+    k_max: int,
+    present: np.ndarray,
+    counts: np.ndarray,
+    slack: int,
+    best_fit: Callable[[np.ndarray, np.ndarray, np.ndarray], Packing],
+    count: Callable[[np.ndarray, np.ndarray], int] | None,
+    effort: Effort,
+    goal: int,
+    beat: int,
+) -> Packing | None:
+    """The near pairs (_near_pairs) of the items of `a` (histogram present descending, counts), then best fit
+    and this stage on what they leave, as a top-level stage would plan it (its own target, the exact try
+    included; sharing `effort`; no near pairs again). None where there is no near pair, where max_per_pack is 1,
+    or where the pairs and L2 of their rest have at least `beat` packs."""
+    if k_max < 2:
+        return None
+    times, gx, gy, left = _near_pairs(present, counts, capacity, slack)
+    if not len(times):
+        return None
+    packs = int(times.sum())
+    rest = left > 0
+    if rest.any() and packs + l2_bound(present[rest][::-1], left[rest][::-1], capacity) >= beat:
+        return None  # no plan of the rest could beat the best so far
+    ent_g = np.empty(2 * len(times), dtype=np.int64)
+    ent_g[0::2] = gx
+    ent_g[1::2] = gy
+    ent_n = np.ones(2 * len(times), dtype=np.int64)
+    pat_end = 2 * np.arange(1, len(times) + 1, dtype=np.int64)
+
+    def rest_plan(r: np.ndarray, _goal: int, hist: tuple[np.ndarray, np.ndarray]) -> Packing:
+        plan = best_fit(r, *hist)
+        return refine(
+            r, capacity, k_max, hist[0], hist[1], plan, best_fit, None, count, None, None, 1, effort
+        )
+
+    return _plan_of_patterns(a, present, counts, times, pat_end, ent_g, ent_n, left, packs, rest_plan, goal)
 
 
 def _exact_try(
@@ -977,6 +1064,19 @@ EXACT_WAYS = ((True, 0, False), (True, 1, False))  # (pairs_first, tolerance, di
 # products of counts, which overstate what a length with thousands of samples can get (docs/packing.md, "Exact
 # packs once more, where the target is out of reach").
 EXACT_WAYS_AGAIN = ((True, 1, True),)
+# Where the plan is still over the target after every try, pairs of a sample over half the capacity and one
+# other within `slack` tokens of full first (least slack first, as many as the counts allow), then best fit and
+# this stage (the exact try included) on what they leave (_near_pairs_plan). The cutting-stock LP's plan of
+# 30k samples of 2,000 distinct at 2k (LP bound LB + 4) pairs 5,722 long samples with one other at 0.93
+# tokens of slack on average and leaves 17 alone; the exact packs' plan (LB + 54) pairs 4,561 (5.9 tokens) and
+# leaves 539 alone, with 116 tokens each: the short samples that would have paired them went into packs of
+# three for longer gaps. The slack: capacity >> NEAR_PAIR_SLACK_SHIFT tokens, at most NEAR_PAIR_MAX_SLACK (8 at
+# 2k, 16 from 4k; docs/packing.md, "Near pairs first, where the target is still missed"). Above
+# NEAR_PAIR_MAX_CAPACITY it saved no pack on any row measured (seed inputs and ratio rows at 32k and 128k) and
+# took up to 22 ms
+NEAR_PAIR_SLACK_SHIFT = 8
+NEAR_PAIR_MAX_SLACK = 16
+NEAR_PAIR_MAX_CAPACITY = 1 << 14
 # the kernel counting completions that share no sample costs about this much more (1.2-1.3x measured)
 DISJOINT_COST = 1.3
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to

@@ -1,0 +1,134 @@
+"""The refinement stage's near pairs (planning/refine.py, `_near_pairs` and `_near_pairs_plan`;
+PACKCFG_PLANNER_NEAR_PAIRS=off skips them): where the plan is still over the target after every try, pairs of a
+long sample and one other within a few tokens of full first, then best fit and the stage on what they leave."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packcfg.packing import _refine_kernel
+from packcfg.packing.planner import plan
+from packcfg.packing.planning import refine
+from tests.packing.test_planner_refine import SMALL_INPUTS, _check_forced_plan, _few_distinct, _lb
+
+needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stage needs numba")
+
+
+def _reference_pairs(present, counts, capacity, slack):
+    """Sample by sample: for s = 0..slack, each long sample (over half the capacity; longest length first)
+    takes one sample of capacity - s - its length while there is one. Returns {(long, other): times}, left."""
+    left = dict(zip(present.tolist(), counts.tolist(), strict=True))
+    pairs: dict[tuple[int, int], int] = {}
+    for s in range(slack + 1):
+        for x in sorted(left, reverse=True):
+            y = capacity - x - s
+            while 2 * x > capacity and y >= 1 and left[x] > 0 and left.get(y, 0) > 0:
+                left[x] -= 1
+                left[y] -= 1
+                pairs[(x, y)] = pairs.get((x, y), 0) + 1
+    return pairs, left
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 100), min_size=1, max_size=60, unique=True),
+    data=st.data(),
+    capacity=st.integers(100, 130),
+    slack=st.integers(0, 6),
+)
+def test_near_pairs_take_the_least_slack_first_as_one_sample_at_a_time_would(lengths, data, capacity, slack):
+    """`_near_pairs` against a sample-by-sample reference: the same pairs and the same samples left; every pair
+    holds a long sample and leaves at most `slack` tokens."""
+    present = np.array(sorted(lengths, reverse=True), dtype=np.int64)
+    counts = np.array(data.draw(st.lists(st.integers(1, 9), min_size=len(present), max_size=len(present))))
+    times, gx, gy, left = refine._near_pairs(present, counts, capacity, slack)
+    got: dict[tuple[int, int], int] = {}
+    for k, x, y in zip(times.tolist(), present[gx].tolist(), present[gy].tolist(), strict=True):
+        assert 2 * x > capacity and capacity - slack <= x + y <= capacity and k > 0
+        got[(x, y)] = got.get((x, y), 0) + k
+    want, want_left = _reference_pairs(present, counts, capacity, slack)
+    assert got == want
+    assert dict(zip(present.tolist(), left.tolist(), strict=True)) == want_left
+
+
+def test_a_long_sample_takes_its_exact_partner_before_one_a_token_short():
+    # capacity 100: 60 + 40 is exact, 60 + 39 and 55 + 44 a token short. The one 40 goes to a 60 at slack 0,
+    # then at slack 1 the other 60 takes the 39 and the 55 the 44
+    present = np.array([60, 55, 44, 40, 39], dtype=np.int64)
+    counts = np.array([2, 1, 1, 1, 1], dtype=np.int64)
+    times, gx, gy, left = refine._near_pairs(present, counts, 100, 1)
+    pairs = sorted(zip(present[gx].tolist(), present[gy].tolist(), times.tolist(), strict=True))
+    assert pairs == [(55, 44, 1), (60, 39, 1), (60, 40, 1)]
+    assert left.tolist() == [0, 0, 0, 0, 0]
+    # with no slack, only the exact pair
+    times, gx, gy, left = refine._near_pairs(present, counts, 100, 0)
+    assert list(zip(present[gx].tolist(), present[gy].tolist(), times.tolist(), strict=True)) == [(60, 40, 1)]
+    assert left.tolist() == [1, 1, 1, 0, 1]
+
+
+@needs_numba
+@settings(max_examples=40, deadline=None)
+@given(**SMALL_INPUTS, pairs=st.booleans())
+def test_forced_near_pairs_plans_are_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
+    """With the stage forced on (a target of 0 packs, so the near pairs always run), every plan is valid
+    (every item once, the capacity, max_per_pack, DPO pairs side by side) and never has more packs than best
+    fit."""
+    real = refine._near_pairs_plan
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(refine, "_near_pairs_plan", lambda *args: _RAN.append(1) or real(*args))
+        _check_forced_plan(
+            lengths, capacity, max_per_pack, align, pairs, (refine, "NEAR_PAIR_SLACK_SHIFT", 6)
+        )
+
+
+_RAN: list[int] = []
+
+
+@needs_numba
+def test_the_forced_near_pairs_ran():
+    """Control for the test above (which runs first): the near pairs ran on its inputs."""
+    assert _RAN
+
+
+def _calls(monkeypatch):
+    calls = []
+    real = refine._near_pairs_plan
+    monkeypatch.setattr(refine, "_near_pairs_plan", lambda *args: calls.append(args[5]) or real(*args))
+    return calls
+
+
+@needs_numba
+def test_near_pairs_bring_a_plan_the_tries_leave_far_over_the_target_much_nearer(monkeypatch):
+    """64k samples of 800 distinct lengths at 2k (seed 3): every try and exact way leaves the plan at LB + 57
+    (the control, PACKCFG_PLANNER_NEAR_PAIRS=off); the near pairs (8 tokens of slack at 2k) and the stage on
+    their rest make LB + 13 (measured; the cutting-stock LP's plan is LB + 3). The same plan twice."""
+    a = _few_distinct(64_000, 2048, 800, seed=3)
+    lb = _lb(a, 2048)
+    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
+    assert plan(a, 2048).num_packs - lb == 57
+    monkeypatch.delenv("PACKCFG_PLANNER_NEAR_PAIRS")
+    calls = _calls(monkeypatch)
+    p = plan(a, 2048)
+    assert calls == [8]
+    assert p.num_packs - lb == 13
+    again = plan(a, 2048)
+    assert np.array_equal(again.offsets, p.offsets) and np.array_equal(again.order, p.order)
+    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
+    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 2048).all()
+
+
+@needs_numba
+def test_near_pairs_run_only_where_the_plan_misses_and_up_to_their_capacity(monkeypatch):
+    """Within the target (64k samples of 400 distinct at 2k, seed 1: LB + 3) they do not run; above
+    NEAR_PAIR_MAX_CAPACITY neither (the same 800-distinct input at 2k, with the limit lowered to 1k)."""
+    calls = _calls(monkeypatch)
+    a = _few_distinct(64_000, 2048, 400, seed=1)
+    assert plan(a, 2048).num_packs - _lb(a, 2048) <= 5
+    assert not calls
+    monkeypatch.setattr(refine, "NEAR_PAIR_MAX_CAPACITY", 1024)
+    a = _few_distinct(64_000, 2048, 800, seed=3)
+    assert plan(a, 2048).num_packs - _lb(a, 2048) == 57
+    assert not calls
