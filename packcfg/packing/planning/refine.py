@@ -7,7 +7,9 @@ packs of it by moving their items into the other packs' slack. Before the tries 
 packs most constrained length first, packing/_exact_kernel.py; PACKCFG_PLANNER_EXACT=off skips it: every
 exact pair first, and where that plan misses the target, near-exact packs of four on its rest first
 (PACKCFG_PLANNER_NEAR=off skips them) and the packs again with a token of slack allowed, EXACT_WAYS), and where
-its plan is within the target the tries do not run.
+its plan is within the target the tries do not run. Where the plan is still over the target after all that, near
+pairs (a long sample and one other within a few tokens of full, least slack first) and the stage on their rest
+(PACKCFG_PLANNER_NEAR_PAIRS=off skips them).
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The whole stage, nested stages included,
 spends at most one budget (`Effort`, EFFORT_PER_ITEM units a sample), charged by every part of it. The stage is
