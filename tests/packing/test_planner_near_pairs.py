@@ -122,11 +122,17 @@ def test_near_pairs_bring_a_plan_the_tries_leave_far_over_the_target_much_nearer
 
 @needs_numba
 def test_near_pairs_run_only_where_the_plan_misses_and_up_to_their_capacity(monkeypatch):
-    """Within the target (64k samples of 400 distinct at 2k, seed 1: LB + 3) they do not run; above
-    NEAR_PAIR_MAX_CAPACITY neither (the same 800-distinct input at 2k, with the limit lowered to 1k)."""
+    """Within the target (64k samples of 400 distinct at 2k, seed 1: LB + 3) they do not run; where
+    max_per_pack could bind neither (the 800-distinct input above with 8 a pack, over its target); above
+    NEAR_PAIR_MAX_CAPACITY neither (that input with the limit lowered to 1k)."""
     calls = _calls(monkeypatch)
     a = _few_distinct(64_000, 2048, 400, seed=1)
     assert plan(a, 2048).num_packs - _lb(a, 2048) <= 5
+    assert not calls
+    b = _few_distinct(64_000, 2048, 800, seed=3)
+    values, counts = np.unique(b, return_counts=True)
+    limited = plan(b, 2048, max_per_pack=8)
+    assert limited.num_packs > refine.target(values[::-1], counts[::-1], 2048, 8)
     assert not calls
     monkeypatch.setattr(refine, "NEAR_PAIR_MAX_CAPACITY", 1024)
     a = _few_distinct(64_000, 2048, 800, seed=3)
