@@ -73,24 +73,25 @@ def test_a_long_sample_takes_its_exact_partner_before_one_a_token_short():
 @settings(max_examples=40, deadline=None)
 @given(**SMALL_INPUTS, pairs=st.booleans())
 def test_forced_near_pairs_plans_are_valid_and_never_worse(lengths, capacity, max_per_pack, align, pairs):
-    """With the stage forced on (a target of 0 packs, so the near pairs always run), every plan is valid
-    (every item once, the capacity, max_per_pack, DPO pairs side by side) and never has more packs than best
-    fit."""
-    real = refine._near_pairs_plan
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(refine, "_near_pairs_plan", lambda *args: _RAN.append(1) or real(*args))
-        _check_forced_plan(
-            lengths, capacity, max_per_pack, align, pairs, (refine, "NEAR_PAIR_SLACK_SHIFT", 6)
-        )
-
-
-_RAN: list[int] = []
+    """With the stage forced on (a target of 0 packs, so the near pairs run wherever no max_per_pack could
+    bind), every plan is valid (every item once, the capacity, max_per_pack, DPO pairs side by side) and never
+    has more packs than best fit."""
+    _check_forced_plan(lengths, capacity, max_per_pack, align, pairs, (refine, "NEAR_PAIR_SLACK_SHIFT", 6))
 
 
 @needs_numba
-def test_the_forced_near_pairs_ran():
-    """Control for the test above (which runs first): the near pairs ran on its inputs."""
-    assert _RAN
+def test_the_forced_near_pairs_run(monkeypatch):
+    """Control for the test above: forced as there, the near pairs run (six 60s with six 39s at capacity 100,
+    a token of slack with NEAR_PAIR_SLACK_SHIFT 6) and their plan is valid."""
+    from tests.packing.test_planner_refine import FORCED, _check
+
+    monkeypatch.setattr(refine, "margin", FORCED)
+    monkeypatch.setattr(refine, "NEAR_PAIR_SLACK_SHIFT", 6)
+    calls = _calls(monkeypatch)
+    lengths = [60] * 6 + [39] * 6 + [20] * 10
+    p = plan(lengths, 100)
+    assert calls == [1]
+    _check(p, p.item_aligned, 100)
 
 
 def _calls(monkeypatch):
