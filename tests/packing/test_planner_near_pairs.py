@@ -139,3 +139,26 @@ def test_near_pairs_run_only_where_the_plan_misses_and_up_to_their_capacity(monk
     a = _few_distinct(64_000, 2048, 800, seed=3)
     assert plan(a, 2048).num_packs - _lb(a, 2048) == 57
     assert not calls
+
+
+@needs_numba
+def test_near_continuous_lengths_get_the_near_pairs_alone(monkeypatch):
+    """30k samples of 4,095 distinct lengths at 2k (1,773 of the 2,048 present: past DENSE_FRACTION, where the
+    rest of the stage does not run): best fit lands LB + 41 (control: PACKCFG_PLANNER_NEAR_PAIRS=off); the near
+    pairs and the stage on their rest LB + 8 (measured; the LP's bound is LB + 3). Past
+    DENSE_NEAR_PAIR_MAX_CAPACITY the near pairs do not run there (the limit lowered to 1k)."""
+    a = _few_distinct(30_000, 2048, 4095)
+    lb = _lb(a, 2048)
+    assert len(np.unique(a)) > refine.DENSE_FRACTION * 2048
+    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
+    assert plan(a, 2048).num_packs - lb == 41
+    monkeypatch.delenv("PACKCFG_PLANNER_NEAR_PAIRS")
+    calls = _calls(monkeypatch)
+    p = plan(a, 2048)
+    assert calls == [8]
+    assert p.num_packs - lb == 8
+    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
+    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 2048).all()
+    monkeypatch.setattr(refine, "DENSE_NEAR_PAIR_MAX_CAPACITY", 1024)
+    calls.clear()
+    assert plan(a, 2048).num_packs - lb == 41 and not calls

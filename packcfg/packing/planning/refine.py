@@ -318,8 +318,19 @@ def refine(
     by best fit alone. `goal` given marks a nested call, which aims at the packs the outer plan leaves to
     it, not at a target of its own; `shifts`: the slack limits; `depth`: the nesting level (NEST_DEPTH);
     `effort`: what the stage may still spend (Effort; a nested call shares its caller's)."""
-    if capacity > MAX_CAPACITY or len(present) > DENSE_FRACTION * int(present[0]):
-        return packing  # past the DP's reach, or near-continuous lengths (DENSE_FRACTION)
+    if capacity > MAX_CAPACITY:
+        return packing  # past the DP's reach
+    # near-continuous lengths (DENSE_FRACTION): the rest of the stage saved nothing there; at the top level, up
+    # to DENSE_NEAR_PAIR_MAX_CAPACITY and under STOP_AT_LB_ITEMS samples, the near pairs alone
+    dense = len(present) > DENSE_FRACTION * int(present[0])
+    if dense and not (
+        goal is None
+        and depth == 0
+        and capacity <= DENSE_NEAR_PAIR_MAX_CAPACITY
+        and len(a) < STOP_AT_LB_ITEMS
+        and _near_pairs_apply(capacity, k_max, a)
+    ):
+        return packing
     if len(a) >= SPARSE_MIN_ITEMS and len(a) < SPARSE_MULTIPLICITY * len(present):
         return packing  # about one sample a length (SPARSE_MULTIPLICITY)
     packs = len(packing.offsets) - 1
@@ -341,6 +352,11 @@ def refine(
     if effort is None:  # the top level: one budget for everything the stage does, nested stages included
         effort = Effort(effort_units(len(a)))
         best_fit, count = effort.fitting(best_fit), effort.counting(count)
+    if dense:
+        near = _near_pairs_plan(
+            a, capacity, k_max, present, counts, _near_slack(capacity), best_fit, count, effort, goal, packs
+        )
+        return near if near is not None and len(near.offsets) < len(packing.offsets) else packing
     work = max(WORK_MIN, work_per_item(len(a), nested) * len(a))
     best, best_packs = packing, packs
     nest = depth < NEST_DEPTH and (depth > 0 or len(a) >= NEST_MIN_ITEMS)
@@ -473,18 +489,19 @@ def refine(
             best, best_packs = exact, len(exact.offsets) - 1
     # still over the target: pairs of a long sample and one other within a few tokens of full first, then the
     # stage on what they leave (NEAR_PAIR_SLACK_SHIFT)
-    if (
-        not nested
-        and depth == 0
-        and best_packs > goal
-        and capacity <= NEAR_PAIR_MAX_CAPACITY
-        and k_max >= len(a)
-        and not switched_off("PACKCFG_PLANNER_NEAR_PAIRS")
-        and not effort.spent()
-    ):
-        slack = min(capacity >> NEAR_PAIR_SLACK_SHIFT, NEAR_PAIR_MAX_SLACK)
+    if not nested and depth == 0 and best_packs > goal and _near_pairs_apply(capacity, k_max, a):
         near = _near_pairs_plan(
-            a, capacity, k_max, present, counts, slack, best_fit, count, effort, goal, best_packs
+            a,
+            capacity,
+            k_max,
+            present,
+            counts,
+            _near_slack(capacity),
+            best_fit,
+            count,
+            effort,
+            goal,
+            best_packs,
         )
         if near is not None and len(near.offsets) - 1 < best_packs:
             best, best_packs = near, len(near.offsets) - 1
@@ -502,6 +519,21 @@ def refine(
     ):
         best = eliminate.eliminate(a, capacity, k_max, best, stop)
     return best
+
+
+def _near_pairs_apply(capacity: int, k_max: int, a: np.ndarray) -> bool:
+    """Whether the near pairs may run: up to NEAR_PAIR_MAX_CAPACITY, where no max_per_pack could bind, and not
+    switched off (PACKCFG_PLANNER_NEAR_PAIRS=off)."""
+    return (
+        capacity <= NEAR_PAIR_MAX_CAPACITY
+        and k_max >= len(a)
+        and not switched_off("PACKCFG_PLANNER_NEAR_PAIRS")
+    )
+
+
+def _near_slack(capacity: int) -> int:
+    """The near pairs' slack in tokens: capacity >> NEAR_PAIR_SLACK_SHIFT, at most NEAR_PAIR_MAX_SLACK."""
+    return min(capacity >> NEAR_PAIR_SLACK_SHIFT, NEAR_PAIR_MAX_SLACK)
 
 
 def _near_pairs(
@@ -1080,6 +1112,12 @@ EXACT_WAYS_AGAIN = ((True, 1, True),)
 NEAR_PAIR_SLACK_SHIFT = 8
 NEAR_PAIR_MAX_SLACK = 16
 NEAR_PAIR_MAX_CAPACITY = 1 << 14
+# On near-continuous lengths (DENSE_FRACTION), which skip the rest of the stage, the near pairs alone, up to this
+# capacity and under STOP_AT_LB_ITEMS samples: 4,095 distinct at 2k with 30k / 64k / 150k samples +41 / +84 /
+# +208 -> +8 / +20 / +52 over LB (5.7 / 13.9 / 18 ms against 0.5-2.6), uniform at 2k with 150k +29 -> +24 (the
+# LP's optimum). At 8k-16k they saved no pack on a uniform row and took 150k samples past 10 ms; at 1M samples
+# they took 7-37 ms more (4,095 distinct at 2k: +1,432 -> +399, uniform the same plans)
+DENSE_NEAR_PAIR_MAX_CAPACITY = 1 << 12
 # the kernel counting completions that share no sample costs about this much more (1.2-1.3x measured)
 DISJOINT_COST = 1.3
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
