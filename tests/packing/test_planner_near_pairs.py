@@ -101,24 +101,30 @@ def _calls(monkeypatch):
     return calls
 
 
+def _off_then_on(monkeypatch, a, capacity, off, on, slack):
+    """plan() of `a` with the near pairs switched off (LB + `off`: the control), then on (LB + `on`, the near
+    pairs called once, with `slack` tokens): (that plan, checked whole and within the capacity; the calls)."""
+    lb = _lb(a, capacity)
+    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
+    assert plan(a, capacity).num_packs - lb == off
+    monkeypatch.delenv("PACKCFG_PLANNER_NEAR_PAIRS")
+    calls = _calls(monkeypatch)
+    p = plan(a, capacity)
+    assert calls == [slack] and p.num_packs - lb == on
+    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
+    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= capacity).all()
+    return p, calls
+
+
 @needs_numba
 def test_near_pairs_bring_a_plan_the_tries_leave_far_over_the_target_much_nearer(monkeypatch):
     """64k samples of 800 distinct lengths at 2k (seed 3): every try and exact way leaves the plan at LB + 57
     (the control, PACKCFG_PLANNER_NEAR_PAIRS=off); the near pairs (8 tokens of slack at 2k) and the stage on
     their rest make LB + 13 (measured; the cutting-stock LP's plan is LB + 3). The same plan twice."""
     a = _few_distinct(64_000, 2048, 800, seed=3)
-    lb = _lb(a, 2048)
-    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
-    assert plan(a, 2048).num_packs - lb == 57
-    monkeypatch.delenv("PACKCFG_PLANNER_NEAR_PAIRS")
-    calls = _calls(monkeypatch)
-    p = plan(a, 2048)
-    assert calls == [8]
-    assert p.num_packs - lb == 13
+    p, _ = _off_then_on(monkeypatch, a, 2048, 57, 13, 8)
     again = plan(a, 2048)
     assert np.array_equal(again.offsets, p.offsets) and np.array_equal(again.order, p.order)
-    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
-    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 2048).all()
 
 
 @needs_numba
@@ -148,17 +154,8 @@ def test_near_continuous_lengths_get_the_near_pairs_alone(monkeypatch):
     pairs and the stage on their rest LB + 8 (measured; the LP's bound is LB + 3). Past
     DENSE_NEAR_PAIR_MAX_CAPACITY the near pairs do not run there (the limit lowered to 1k)."""
     a = _few_distinct(30_000, 2048, 4095)
-    lb = _lb(a, 2048)
     assert len(np.unique(a)) > refine.DENSE_FRACTION * 2048
-    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
-    assert plan(a, 2048).num_packs - lb == 41
-    monkeypatch.delenv("PACKCFG_PLANNER_NEAR_PAIRS")
-    calls = _calls(monkeypatch)
-    p = plan(a, 2048)
-    assert calls == [8]
-    assert p.num_packs - lb == 8
-    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
-    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 2048).all()
+    _, calls = _off_then_on(monkeypatch, a, 2048, 41, 8, 8)
     monkeypatch.setattr(refine, "DENSE_NEAR_PAIR_MAX_CAPACITY", 1024)
     calls.clear()
-    assert plan(a, 2048).num_packs - lb == 41 and not calls
+    assert plan(a, 2048).num_packs - _lb(a, 2048) == 41 and not calls
