@@ -9,7 +9,8 @@ exact pair first, and where that plan misses the target, near-exact packs of fou
 (PACKCFG_PLANNER_NEAR=off skips them) and the packs again with a token of slack allowed, EXACT_WAYS), and where
 its plan is within the target the tries do not run. Where the plan is still over the target after all that, near
 pairs (a long sample and one other within a few tokens of full, least slack first) and the stage on their rest
-(PACKCFG_PLANNER_NEAR_PAIRS=off skips them).
+(PACKCFG_PLANNER_NEAR_PAIRS=off skips them); on near-continuous lengths (DENSE_FRACTION), at 2k-4k, the near
+pairs alone.
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The whole stage, nested stages included,
 spends at most one budget (`Effort`, EFFORT_PER_ITEM units a sample), charged by every part of it. The stage is
