@@ -490,7 +490,13 @@ def refine(
             best, best_packs = exact, len(exact.offsets) - 1
     # still over the target: pairs of a long sample and one other within a few tokens of full first, then the
     # stage on what they leave (NEAR_PAIR_SLACK_SHIFT)
-    if not nested and depth == 0 and best_packs > goal and _near_pairs_apply(capacity, k_max, a):
+    if (
+        not nested
+        and depth == 0
+        and best_packs > goal
+        and _near_pairs_apply(capacity, k_max, a)
+        and not effort.spent()
+    ):
         near = _near_pairs_plan(
             a,
             capacity,
