@@ -733,6 +733,28 @@ def test_the_bitset_dp_finds_the_best_subset_sum(pairs, room, limit):
     assert list(touched[:n_touch]) == sorted(np.flatnonzero(need))
 
 
+@pytest.mark.parametrize("k_max", [4, 16, 1 << 40])
+@pytest.mark.parametrize("capacity", [2048, 32_768, 131_072, 1 << 19, refine.MAX_CAPACITY])
+def test_the_dps_work_space_stays_under_glibcs_largest_mmap_threshold(capacity, k_max):
+    """The DP's stages (and the item-limited DP's) hold at most STAGE_WORDS words, under 32 MiB, at every
+    capacity the stage takes and with as many lengths as fill them: glibc serves a block under its largest
+    mmap threshold from the heap once one that size was freed, so the next plan reuses its pages rather than
+    faulting in fresh ones (600 distinct at 128k, 150k samples, warm: 825 -> 0-7 faults a plan). The control:
+    the row the stages had before, one more than STAGE_WORDS // row allows, takes them past 32 MiB at 128k."""
+    limit = 32 << 20
+    assert _refine_kernel.STAGE_WORDS * 8 < limit
+    values = np.arange(capacity, max(0, capacity - 4096), -1, dtype=np.int64)
+    run = _refine_kernel.Patterns(values, np.ones(len(values), np.int64), capacity, k_max, 0)
+    assert run._stages.nbytes <= _refine_kernel.STAGE_WORDS * 8
+    assert run._lstages.nbytes <= _refine_kernel.STAGE_WORDS * 8
+    n_words = (capacity >> 6) + 1
+    # a row for every chunk of these lengths, or as many as fit: the DP's depth is not cut further
+    chunks = len(values) * (capacity.bit_length() + 1) + 1
+    assert run._stages.shape[0] == min(chunks, _refine_kernel.STAGE_WORDS // n_words)
+    if capacity == 131_072:
+        assert (1 << 22) // n_words * n_words * 8 + n_words * 8 > limit  # (the control)
+
+
 @needs_numba
 @settings(max_examples=60, deadline=None)
 @given(
