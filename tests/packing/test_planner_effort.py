@@ -32,7 +32,7 @@ def _spy(monkeypatch):
     real_run = _refine_kernel.Patterns.run
 
     def exact(*args):
-        exact_calls.append(1)
+        exact_calls.append(len(args[0]))  # the distinct lengths it runs on
         return real_exact(*args)
 
     def run(self, work_budget, led_budget=0):
@@ -95,17 +95,24 @@ def test_the_exact_kernel_runs_only_where_its_cost_is_left(monkeypatch):
     """30k samples of 2,000 distinct lengths at 4k: the exact kernel costs EXACT_UNITS_PER_PAIR x 2,000**2 = 8M
     units, within the shipped effort (30M at this size), and its plan lands LB + 2, within the target LB + 5
     (measured; LB + 0 while the exact packs' rest aimed below its share of the goal). With 5M units the kernel
-    is not called, and the tries land LB + 7; both plans are valid and no worse than best fit."""
+    is not called on them: without the near pairs, the tries land LB + 7; with them, they run in the exact
+    try's place (NEAR_PAIRS_FIRST) and the stage on their rest calls the kernel only on lengths whose cost is
+    left. Every plan is valid and no worse than best fit."""
     a = _few_distinct(30_000, 4096, 2000)
     lb = _lb(a, 4096)
     exact_calls, _ = _spy(monkeypatch)
     p = plan(a, 4096)
-    assert exact_calls and p.num_packs - lb == 2
+    assert exact_calls == [len(np.unique(a))] and p.num_packs - lb == 2
     _check_forced(p, a, 4096, {"max_per_pack": None})
     exact_calls.clear()
     _effort(monkeypatch, 5_000_000)
+    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
     p = plan(a, 4096)
     assert not exact_calls and p.num_packs - lb == 7
+    _check_forced(p, a, 4096, {"max_per_pack": None})
+    monkeypatch.delenv("PACKCFG_PLANNER_NEAR_PAIRS")
+    p = plan(a, 4096)
+    assert exact_calls and all(refine.EXACT_UNITS_PER_PAIR * n**2 <= 5_000_000 for n in exact_calls)
     _check_forced(p, a, 4096, {"max_per_pack": None})
 
 
@@ -117,9 +124,11 @@ def test_the_dp_spends_at_most_what_the_effort_has(monkeypatch, units):
     budget before each pattern; here one costs well under ONE_PATTERN cells); the plan is valid, no worse
     than best fit, and the same each time. (30k samples of 2,000 distinct at 8k: 5M units allow 60M cells
     and the DP spends 15.4M; 1M units allow 12M and it spends 12.01M; 100k allow 1.2M, spent 1.24M:
-    measured.)"""
+    measured. Without the near pairs, which run in the exact try's place where it cannot afford its kernel,
+    and at 100k units leave the tries nothing.)"""
     a = _few_distinct(30_000, 8192, 2000)
     _effort(monkeypatch, units)
+    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
     _, cells = _spy(monkeypatch)
     p = plan(a, 8192)
     assert 0 < sum(cells.values()) <= units * refine.CELLS_PER_UNIT + len(cells) * ONE_PATTERN

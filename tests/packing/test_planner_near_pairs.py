@@ -159,3 +159,31 @@ def test_near_continuous_lengths_get_the_near_pairs_alone(monkeypatch):
     monkeypatch.setattr(refine, "DENSE_NEAR_PAIR_MAX_CAPACITY", 1024)
     calls.clear()
     assert plan(a, 2048).num_packs - _lb(a, 2048) == 41 and not calls
+
+
+@needs_numba
+@pytest.mark.parametrize("first", [True, False])
+def test_near_pairs_take_the_exact_trys_place_where_it_cannot_afford_its_kernel(monkeypatch, first):
+    """30k samples of 4,095 distinct lengths at 8k (not near-continuous: 4,093 of 8,192 values): the exact try's
+    first way would cost 2 x 4,095**2 units, over the stage's budget (30M), so the near pairs run in its place,
+    before any try, and land LB + 5 (measured), within the target. The control (NEAR_PAIRS_FIRST off): the exact
+    try gives up, the tries run, and the near pairs only after them (LB + 5 as well, later)."""
+    monkeypatch.setattr(refine, "NEAR_PAIRS_FIRST", first)
+    events: list[str] = []
+    for name in ("_exact_try", "_replan", "_near_pairs_plan"):
+        real = getattr(refine, name)
+        monkeypatch.setattr(
+            refine, name, lambda *args, _n=name, _f=real, **kw: events.append(_n) or _f(*args, **kw)
+        )
+    a = _few_distinct(30_000, 8192, 4095)
+    assert not refine.Effort(refine.effort_units(len(a))).allows(
+        refine._exact_way_cost(len(np.unique(a)), *refine.EXACT_WAYS[0][1:])
+    )
+    p = plan(a, 8192)
+    assert p.num_packs - _lb(a, 8192) == 5
+    if first:
+        assert events[0] == "_near_pairs_plan" and events.count("_near_pairs_plan") == 1
+    else:
+        assert events[:2] == ["_exact_try", "_replan"] and "_near_pairs_plan" in events
+    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
+    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 8192).all()

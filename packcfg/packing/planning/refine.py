@@ -10,7 +10,8 @@ exact pair first, and where that plan misses the target, near-exact packs of fou
 its plan is within the target the tries do not run. Where the plan is still over the target after all that, near
 pairs (a long sample and one other within a few tokens of full, least slack first) and the stage on their rest
 (PACKCFG_PLANNER_NEAR_PAIRS=off skips them); on near-continuous lengths (DENSE_FRACTION), at 2k-4k, the near
-pairs alone.
+pairs alone; where the exact try cannot afford its kernel, the near pairs in its place, before the tries
+(NEAR_PAIRS_FIRST).
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The whole stage, nested stages included,
 spends at most one budget (`Effort`, EFFORT_PER_ITEM units a sample), charged by every part of it. The stage is
@@ -421,8 +422,36 @@ def refine(
             beat,
         )
 
+    def near_pairs() -> Packing | None:
+        """The near pairs and the stage on their rest (_near_pairs_plan), where they could beat the best plan
+        so far."""
+        return _near_pairs_plan(
+            a,
+            capacity,
+            k_max,
+            present,
+            counts,
+            _near_slack(capacity),
+            best_fit,
+            count,
+            effort,
+            goal,
+            best_packs,
+        )
+
+    near_first = False  # the near pairs ran in the exact try's place
     if exact_ok and not exact_late:
-        exact = exact_try(EXACT_WAYS)
+        # where the exact try cannot afford its first way's kernel, the near pairs take its place, before the
+        # tries (NEAR_PAIRS_FIRST)
+        near_first = (
+            NEAR_PAIRS_FIRST
+            and depth == 0
+            and not effort.allows(_exact_way_cost(len(present), *EXACT_WAYS[0][1:]))
+            and _near_pairs_apply(capacity, k_max, a)
+        )
+        exact = None if near_first else exact_try(EXACT_WAYS)
+        if near_first and not effort.spent():
+            exact = near_pairs()
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
             if best_packs <= goal:
@@ -493,23 +522,12 @@ def refine(
     if (
         not nested
         and depth == 0
+        and not near_first
         and best_packs > goal
         and _near_pairs_apply(capacity, k_max, a)
         and not effort.spent()
     ):
-        near = _near_pairs_plan(
-            a,
-            capacity,
-            k_max,
-            present,
-            counts,
-            _near_slack(capacity),
-            best_fit,
-            count,
-            effort,
-            goal,
-            best_packs,
-        )
+        near = near_pairs()
         if near is not None and len(near.offsets) - 1 < best_packs:
             best, best_packs = near, len(near.offsets) - 1
     # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal, and at
@@ -661,8 +679,7 @@ def _exact_try(
     for pairs_first, tolerance, disjoint in EXACT_WAYS if ways is None else ways:
         if not (pairs or pairs_first or tolerance) or (tolerance and not tolerant):
             continue
-        # 1 + tolerance rooms a length
-        cost = EXACT_UNITS_PER_PAIR * len(present) ** 2 * (1 + tolerance) * (DISJOINT_COST if disjoint else 1)
+        cost = _exact_way_cost(len(present), tolerance, disjoint)
         if not effort.allows(cost):
             break
         effort.charge(cost)
@@ -691,6 +708,12 @@ def _exact_try(
         if len(best.offsets) - 1 <= reach:
             break
     return best
+
+
+def _exact_way_cost(lengths: int, tolerance: int, disjoint: bool) -> float:
+    """What an exact way's kernel is charged: EXACT_UNITS_PER_PAIR a pair of distinct lengths and a room (1 +
+    tolerance rooms a length), DISJOINT_COST times that where it counts the completions that share no sample."""
+    return EXACT_UNITS_PER_PAIR * lengths**2 * (1 + tolerance) * (DISJOINT_COST if disjoint else 1)
 
 
 def _exact_plan(
@@ -1117,6 +1140,15 @@ EXACT_WAYS_AGAIN = ((True, 1, True),)
 # took up to 22 ms. Not where max_per_pack could bind (there the limit, not the pairs, is what the plan misses):
 # on the per-pack table's rows it saved no pack and took 600 distinct at 2k with 4 a pack from 36 to 78 ms
 NEAR_PAIR_SLACK_SHIFT = 8
+# Where the exact try cannot afford its first way's kernel (its cost, EXACT_UNITS_PER_PAIR a pair of distinct
+# lengths, is over the budget: 4,095 distinct lengths below 2**19 samples), the near pairs run in its place,
+# before the tries, rather than after them: their rest has fewer lengths, and the stage on it, the exact try
+# included, can afford them. 4,095 distinct at 8k with 30k / 64k / 150k samples: +5 / +11 / +70 over LB in
+# 13.9 / 34.6 / 40.0 ms -> +5 / +9 / +12 in 8.9 / 27.1 / 27.0 (the first now within the time bar); no plan of
+# the 120 seed inputs changed (docs/packing.md, "The near pairs in the exact try's place"). Where the exact try
+# ran and gave up, the near pairs first cost the plan the exact packs once more (EXACT_WAYS_AGAIN) that came
+# after the tries: 800 distinct at 2k, 150k samples, seed 1, +13 -> +33 (the budget went to the near pairs)
+NEAR_PAIRS_FIRST = True
 NEAR_PAIR_MAX_SLACK = 16
 NEAR_PAIR_MAX_CAPACITY = 1 << 14
 # On near-continuous lengths (DENSE_FRACTION), which skip the rest of the stage, the near pairs alone, up to this
