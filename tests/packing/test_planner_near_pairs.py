@@ -161,20 +161,42 @@ def test_near_continuous_lengths_get_the_near_pairs_alone(monkeypatch):
     assert plan(a, 2048).num_packs - _lb(a, 2048) == 41 and not calls
 
 
-@needs_numba
-@pytest.mark.parametrize("first", [True, False])
-def test_near_pairs_take_the_exact_trys_place_where_it_cannot_afford_its_kernel(monkeypatch, first):
-    """30k samples of 4,095 distinct lengths at 8k (not near-continuous: 4,093 of 8,192 values): the exact try's
-    first way would cost 2 x 4,095**2 units, over the stage's budget (30M), so the near pairs run in its place,
-    before any try, and land LB + 5 (measured), within the target. The control (NEAR_PAIRS_FIRST off): the exact
-    try gives up, the tries run, and the near pairs only after them (LB + 5 as well, later)."""
-    monkeypatch.setattr(refine, "NEAR_PAIRS_FIRST", first)
+def _top_level_events(monkeypatch):
+    """The calls of the exact try, the tries' patterns and the near pairs made by the top-level stage itself
+    (not by a stage nested in one of them), in order."""
     events: list[str] = []
+    depth = [0]
+    real_refine = refine.refine
+
+    def nested(*args, **kw):
+        depth[0] += 1
+        try:
+            return real_refine(*args, **kw)
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(refine, "refine", nested)
     for name in ("_exact_try", "_replan", "_near_pairs_plan"):
         real = getattr(refine, name)
-        monkeypatch.setattr(
-            refine, name, lambda *args, _n=name, _f=real, **kw: events.append(_n) or _f(*args, **kw)
-        )
+
+        def spy(*args, _name=name, _real=real, **kw):
+            if depth[0] == 1:
+                events.append(_name)
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(refine, name, spy)
+    return events
+
+
+@needs_numba
+@pytest.mark.parametrize("first", [True, False])
+def test_near_pairs_run_before_the_tries_where_the_exact_try_cannot_afford_its_kernel(monkeypatch, first):
+    """30k samples of 4,095 distinct lengths at 8k (not near-continuous: 4,093 of 8,192 values): the exact try's
+    first way would cost 2 x 4,095**2 units, over the stage's budget (30M), so it does not run, and the near
+    pairs run before any try; they land LB + 5 (measured), within the target, and the tries do not run. The
+    control (NEAR_PAIRS_FIRST off): the tries run first and the near pairs only after them (LB + 5 as well)."""
+    monkeypatch.setattr(refine, "NEAR_PAIRS_FIRST", first)
+    events = _top_level_events(monkeypatch)
     a = _few_distinct(30_000, 8192, 4095)
     assert not refine.Effort(refine.effort_units(len(a))).allows(
         refine._exact_way_cost(len(np.unique(a)), *refine.EXACT_WAYS[0][1:])
@@ -182,8 +204,31 @@ def test_near_pairs_take_the_exact_trys_place_where_it_cannot_afford_its_kernel(
     p = plan(a, 8192)
     assert p.num_packs - _lb(a, 8192) == 5
     if first:
-        assert events[0] == "_near_pairs_plan" and events.count("_near_pairs_plan") == 1
+        assert events == ["_near_pairs_plan"]
     else:
-        assert events[:2] == ["_exact_try", "_replan"] and "_near_pairs_plan" in events
+        assert events[0] == "_replan" and events[-1] == "_near_pairs_plan"
     assert sorted(a[p.order].tolist()) == sorted(a.tolist())
     assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 8192).all()
+
+
+@needs_numba
+@pytest.mark.parametrize("first", [True, False])
+def test_where_the_exact_try_gives_up_its_packs_once_more_and_the_near_pairs_come_before_the_tries(
+    monkeypatch, first
+):
+    """64k samples of 2,000 distinct lengths at 2k: the exact try runs and gives up (its exact packs and L2 of
+    their rest past the target); the exact packs once more, then the near pairs make LB + 76 (measured; the
+    budget is spent there, so no try runs). The control (NEAR_PAIRS_FIRST off): the tries first, then the exact
+    packs once more, then the near pairs: LB + 97."""
+    monkeypatch.setattr(refine, "NEAR_PAIRS_FIRST", first)
+    events = _top_level_events(monkeypatch)
+    a = _few_distinct(64_000, 2048, 2000)
+    p = plan(a, 2048)
+    if first:
+        assert p.num_packs - _lb(a, 2048) == 76
+        assert events == ["_exact_try", "_exact_try", "_near_pairs_plan"]
+    else:
+        assert p.num_packs - _lb(a, 2048) == 97
+        assert events[:2] == ["_exact_try", "_replan"] and events[-1] == "_near_pairs_plan"
+    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
+    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 2048).all()

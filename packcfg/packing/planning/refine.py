@@ -10,8 +10,8 @@ exact pair first, and where that plan misses the target, near-exact packs of fou
 its plan is within the target the tries do not run. Where the plan is still over the target after all that, near
 pairs (a long sample and one other within a few tokens of full, least slack first) and the stage on their rest
 (PACKCFG_PLANNER_NEAR_PAIRS=off skips them); on near-continuous lengths (DENSE_FRACTION), at 2k-4k, the near
-pairs alone; where the exact try cannot afford its kernel, the near pairs in its place, before the tries
-(NEAR_PAIRS_FIRST).
+pairs alone; where the exact try gives no plan (it cannot afford its kernel, or gives up), the exact packs once
+more and the near pairs before the tries (NEAR_PAIRS_FIRST).
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The whole stage, nested stages included,
 spends at most one budget (`Effort`, EFFORT_PER_ITEM units a sample), charged by every part of it. The stage is
@@ -439,23 +439,28 @@ def refine(
             best_packs,
         )
 
-    near_first = False  # the near pairs ran in the exact try's place
+    near_first = False  # the exact try gave no plan: the near pairs ran before the tries
     if exact_ok and not exact_late:
-        # where the exact try cannot afford its first way's kernel, the near pairs take its place, before the
-        # tries (NEAR_PAIRS_FIRST)
-        near_first = (
-            NEAR_PAIRS_FIRST
-            and depth == 0
-            and not effort.allows(_exact_way_cost(len(present), *EXACT_WAYS[0][1:]))
-            and _near_pairs_apply(capacity, k_max, a)
-        )
-        exact = None if near_first else exact_try(EXACT_WAYS)
-        if near_first and not effort.spent():
-            exact = near_pairs()
+        # where its first way's kernel is over the budget, the exact try gives up at once
+        affordable = effort.allows(_exact_way_cost(len(present), *EXACT_WAYS[0][1:]))
+        exact = exact_try(EXACT_WAYS) if affordable else None
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
             if best_packs <= goal:
                 return best
+        # no plan from it: where it ran, the exact packs once more, then the near pairs, before the tries
+        # (NEAR_PAIRS_FIRST)
+        near_first = (
+            NEAR_PAIRS_FIRST and exact is None and depth == 0 and _near_pairs_apply(capacity, k_max, a)
+        )
+        for step in ("again", "near") if near_first else ():
+            if effort.spent() or (step == "again" and not affordable):
+                continue
+            plan = exact_try(EXACT_WAYS_AGAIN, best_packs - 1) if step == "again" else near_pairs()
+            if plan is not None and len(plan.offsets) - 1 < best_packs:
+                best, best_packs = plan, len(plan.offsets) - 1
+                if best_packs <= goal:
+                    return best
     assign, largest, fills = _by_pack(packing, a, present, counts)
     big = largest > capacity // 2
     keeps = [big & (fills >= capacity - max(1, capacity >> shift)) for shift in shifts]
@@ -513,7 +518,7 @@ def refine(
             best, best_packs = exact, len(exact.offsets) - 1
     # still over the target: exact packs whose completions are counted by the samples they share none of,
     # planned wherever they could beat the best plan so far (EXACT_WAYS_AGAIN)
-    if exact_ok and best_packs > goal and not effort.spent():
+    if exact_ok and not near_first and best_packs > goal and not effort.spent():
         exact = exact_try(EXACT_WAYS_AGAIN, best_packs - 1)
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
@@ -1140,14 +1145,17 @@ EXACT_WAYS_AGAIN = ((True, 1, True),)
 # took up to 22 ms. Not where max_per_pack could bind (there the limit, not the pairs, is what the plan misses):
 # on the per-pack table's rows it saved no pack and took 600 distinct at 2k with 4 a pack from 36 to 78 ms
 NEAR_PAIR_SLACK_SHIFT = 8
-# Where the exact try cannot afford its first way's kernel (its cost, EXACT_UNITS_PER_PAIR a pair of distinct
-# lengths, is over the budget: 4,095 distinct lengths below 2**19 samples), the near pairs run in its place,
-# before the tries, rather than after them: their rest has fewer lengths, and the stage on it, the exact try
-# included, can afford them. 4,095 distinct at 8k with 30k / 64k / 150k samples: +5 / +11 / +70 over LB in
-# 13.9 / 34.6 / 40.0 ms -> +5 / +9 / +12 in 8.9 / 27.1 / 27.0 (the first now within the time bar); no plan of
-# the 120 seed inputs changed (docs/packing.md, "The near pairs in the exact try's place"). Where the exact try
-# ran and gave up, the near pairs first cost the plan the exact packs once more (EXACT_WAYS_AGAIN) that came
-# after the tries: 800 distinct at 2k, 150k samples, seed 1, +13 -> +33 (the budget went to the near pairs)
+# Where the exact try gives no plan, because it cannot afford its first way's kernel (EXACT_UNITS_PER_PAIR a pair
+# of distinct lengths over the budget: 4,095 distinct lengths below 2**19 samples) or because it gave up (its exact
+# packs and L2 of their rest past the target), what came after the tries comes before them: the exact packs once
+# more (EXACT_WAYS_AGAIN, where the exact try could run), then the near pairs, whose rest has fewer lengths and
+# gets an exact try it can afford; the tries only where the plan is still over the target. On the 120 seed inputs
+# and the 90 ratio rows (docs/packing.md, "The near pairs before the tries, where the exact try gives no plan")
+# no plan has more packs, ten have fewer, and those take less time: 4,095 distinct at 8k with 30k / 64k / 150k
+# samples +5 / +11 / +70 -> +5 / +9 / +12 over LB in 13.9 / 34.6 / 40.0 -> 8.9 / 27.1 / 27.0 ms; 2,000 distinct at
+# 2k with 64k / 150k +97 / +227 -> +76 / +150; 1,500 distinct at 2k, 150k, seed 2, +54 -> +32. The near pairs
+# alone first (without the exact packs once more) took 800 distinct at 2k, 150k, seed 1, from +13 to +33: they
+# spent the budget that the exact packs once more, its winner, needed
 NEAR_PAIRS_FIRST = True
 NEAR_PAIR_MAX_SLACK = 16
 NEAR_PAIR_MAX_CAPACITY = 1 << 14
