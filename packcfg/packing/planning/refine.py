@@ -1145,20 +1145,20 @@ EXACT_WAYS_AGAIN = ((True, 1, True),)
 # took up to 22 ms. Not where max_per_pack could bind (there the limit, not the pairs, is what the plan misses):
 # on the per-pack table's rows it saved no pack and took 600 distinct at 2k with 4 a pack from 36 to 78 ms
 NEAR_PAIR_SLACK_SHIFT = 8
+NEAR_PAIR_MAX_SLACK = 16
+NEAR_PAIR_MAX_CAPACITY = 1 << 14
 # Where the exact try gives no plan, because it cannot afford its first way's kernel (EXACT_UNITS_PER_PAIR a pair
 # of distinct lengths over the budget: 4,095 distinct lengths below 2**19 samples) or because it gave up (its exact
 # packs and L2 of their rest past the target), what came after the tries comes before them: the exact packs once
 # more (EXACT_WAYS_AGAIN, where the exact try could run), then the near pairs, whose rest has fewer lengths and
 # gets an exact try it can afford; the tries only where the plan is still over the target. On the 120 seed inputs
-# and the 90 ratio rows (docs/packing.md, "The near pairs before the tries, where the exact try gives no plan")
-# no plan has more packs, ten have fewer, and those take less time: 4,095 distinct at 8k with 30k / 64k / 150k
-# samples +5 / +11 / +70 -> +5 / +9 / +12 over LB in 13.9 / 34.6 / 40.0 -> 8.9 / 27.1 / 27.0 ms; 2,000 distinct at
-# 2k with 64k / 150k +97 / +227 -> +76 / +150; 1,500 distinct at 2k, 150k, seed 2, +54 -> +32. The near pairs
-# alone first (without the exact packs once more) took 800 distinct at 2k, 150k, seed 1, from +13 to +33: they
-# spent the budget that the exact packs once more, its winner, needed
+# and the 90 ratio rows (docs/packing.md, "The near pairs before the tries where the exact try gives no plan")
+# no plan has more packs and eight have fewer, each in less time: 4,095 distinct at 8k with 64k / 150k samples
+# +11 / +70 -> +9 / +12 over LB in 32.6 / 40.1 -> 25.6 / 26.9 ms (with 30k, +5 in 14.1 -> 8.8 ms); 2,000
+# distinct at 2k with 64k / 150k +97 / +227 -> +76 / +150; 1,500 distinct at 2k, 150k, seed 2, +54 -> +32. The
+# near pairs alone first (without the exact packs once more) took 800 distinct at 2k, 150k, seed 1, from +13 to
+# +33: they spent the budget that the exact packs once more, that row's winner, needed
 NEAR_PAIRS_FIRST = True
-NEAR_PAIR_MAX_SLACK = 16
-NEAR_PAIR_MAX_CAPACITY = 1 << 14
 # On near-continuous lengths (DENSE_FRACTION), which skip the rest of the stage, the near pairs alone, up to this
 # capacity and under STOP_AT_LB_ITEMS samples: 4,095 distinct at 2k with 30k / 64k / 150k samples +41 / +84 /
 # +208 -> +8 / +20 / +52 over LB (5.7 / 13.9 / 18 ms against 0.5-2.6), uniform at 2k with 150k +29 -> +24 (the
