@@ -354,13 +354,29 @@ def refine(
     if effort is None:  # the top level: one budget for everything the stage does, nested stages included
         effort = Effort(effort_units(len(a)))
         best_fit, count = effort.fitting(best_fit), effort.counting(count)
-    if dense:
-        near = _near_pairs_plan(
-            a, capacity, k_max, present, counts, _near_slack(capacity), best_fit, count, effort, goal, packs
+    best, best_packs = packing, packs
+
+    def near_pairs() -> Packing | None:
+        """The near pairs and the stage on their rest (_near_pairs_plan), where they could beat the best plan
+        so far."""
+        return _near_pairs_plan(
+            a,
+            capacity,
+            k_max,
+            present,
+            counts,
+            _near_slack(capacity),
+            best_fit,
+            count,
+            effort,
+            goal,
+            best_packs,
         )
+
+    if dense:
+        near = near_pairs()
         return near if near is not None and len(near.offsets) < len(packing.offsets) else packing
     work = max(WORK_MIN, work_per_item(len(a), nested) * len(a))
-    best, best_packs = packing, packs
     nest = depth < NEST_DEPTH and (depth > 0 or len(a) >= NEST_MIN_ITEMS)
     led = not nest and depth == 0  # greedy-led patterns once the budget is spent (LED_SHARE)
     if shifts is None:
@@ -420,23 +436,6 @@ def refine(
             k_max >= len(a),
             ways,
             beat,
-        )
-
-    def near_pairs() -> Packing | None:
-        """The near pairs and the stage on their rest (_near_pairs_plan), where they could beat the best plan
-        so far."""
-        return _near_pairs_plan(
-            a,
-            capacity,
-            k_max,
-            present,
-            counts,
-            _near_slack(capacity),
-            best_fit,
-            count,
-            effort,
-            goal,
-            best_packs,
         )
 
     near_first = False  # the exact try gave no plan: the near pairs ran before the tries
