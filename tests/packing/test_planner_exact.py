@@ -461,9 +461,11 @@ def test_near_packs_bring_the_rest_within_the_target(monkeypatch):
     Control: PACKCFG_PLANNER_NEAR=off, LB + 6, the tries run. Where the rest's plan is within the target (600 distinct) or
     max_per_pack is 3, near_patterns is not called, nor where the rest has more than NEAR_MAX_LENGTHS lengths.
     Stop 42's exact ways (the pairs first, then without): with near-exact packs off, the tolerant way would land
-    LB + 5 itself; and no exact ways again after the tries (EXACT_WAYS_AGAIN), which would find that too."""
+    LB + 5 itself; and no exact ways again after the tries (EXACT_WAYS_AGAIN, EXACT_WAYS_LAST), which would find that
+    too."""
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (False, 0, False)))
     monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())
+    monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())  # nor the ways with 2-3 tokens last
     a = _few_distinct(64_000, 2048, 999)
     lb = _lb(a, 2048)
     calls = []
@@ -534,6 +536,7 @@ def test_where_the_pairs_first_miss_the_exact_packs_are_made_the_other_ways(monk
     ways = _record_ways(monkeypatch)
     assert plan(a, 4096).num_packs - lb == 4 and ways == [(True, 0, False), (True, 1, False)]
     monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())  # the controls: these ways only
+    monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())  # nor the ways with 2-3 tokens last
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False),))
     assert plan(a, 4096).num_packs - lb == 9
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (False, 0, False)))
@@ -580,6 +583,7 @@ def test_the_tolerant_way_reaches_the_target_where_the_exact_ways_miss(monkeypat
     assert ways and (True, 1, False) not in ways
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (False, 0, False)))
     monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())  # the control: stop 42's ways only
+    monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())  # nor the ways with 2-3 tokens last
     control = plan(a, 2048)
     for q in (p, control):
         order = q.order
@@ -747,7 +751,9 @@ def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
     of their rest pass the target), the tries land LB + 56 (measured), and the exact packs once more
     (EXACT_WAYS_AGAIN: a token of slack, completions that share no sample, planned where they beat that) bring
     it to LB + 11. Control: without them (and without the near pairs, which run after them: LB + 16 then),
-    LB + 56. Where the plan is within the target (600 distinct, seed 7) they do not run."""
+    LB + 56. Where the plan is within the target (600 distinct, seed 7) they do not run. (Without the exact packs
+    with two or three tokens after them, EXACT_WAYS_LAST, which bring this row to LB + 5: the next test.)"""
+    monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())
     a = _few_distinct(64_000, 2048, 800, 1)
     lb = _lb(a, 2048)
     ways = _record_ways(monkeypatch)
@@ -766,6 +772,34 @@ def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
     ways.clear()
     b = _few_distinct(64_000, 2048, 600)
     assert plan(b, 2048).num_packs - _lb(b, 2048) <= 5 and ways and (True, 1, True) not in ways
+
+
+@needs_numba
+def test_exact_packs_with_two_or_three_tokens_of_slack_come_last(monkeypatch):
+    """64k samples of 800 distinct lengths at 2k (seed 1), where every other step leaves the plan at LB + 11
+    (the previous test): the exact packs with completions that may leave up to two tokens (EXACT_WAYS_LAST),
+    the stage's last step, bring it to LB + 5, the target, so the 3-token way does not run. Control: without
+    them, LB + 11. They run after every other way, and not where the plan is within the target (600 distinct,
+    seed 7) or where a max_per_pack could bind (8 a pack: no tolerant way runs there)."""
+    a = _few_distinct(64_000, 2048, 800, 1)
+    lb = _lb(a, 2048)
+    ways = _record_ways(monkeypatch)
+    p = plan(a, 2048)
+    order = p.order
+    assert np.array_equal(np.sort(order), np.arange(len(a)))
+    assert np.add.reduceat(a[order], p.offsets[:-1]).max() <= 2048
+    assert p.num_packs - lb == 5
+    assert ways[-1] == (True, 2, False) and (True, 2, False) not in ways[:-1] and (True, 3, False) not in ways
+    assert ways.index((True, 1, True)) < len(ways) - 1  # the exact packs once more came before
+    monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())
+    assert plan(a, 2048).num_packs - lb == 11
+    monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ((True, 2, False), (True, 3, False)))
+    ways.clear()
+    b = _few_distinct(64_000, 2048, 600)
+    assert plan(b, 2048).num_packs - _lb(b, 2048) <= 5 and ways and (True, 2, False) not in ways
+    ways.clear()
+    plan(a, 2048, max_per_pack=8)
+    assert not any(tolerance for _, tolerance, _ in ways)
 
 
 @needs_numba
