@@ -745,6 +745,18 @@ def test_disjoint_and_product_counts_take_other_packs():
     assert want == [((5, 5, 8), 2)] and [cnt[v] for v in (8, 5, 2)] == [0, 0, 1]
 
 
+def _planned_800_distinct_at_2k(monkeypatch):
+    """64k samples of 800 distinct lengths at 2k (seed 1), LB, the exact ways its plan took (recorded from
+    here on) and that plan, checked: every sample once, no pack over the capacity."""
+    a = _few_distinct(64_000, 2048, 800, 1)
+    ways = _record_ways(monkeypatch)
+    p = plan(a, 2048)
+    order = p.order
+    assert np.array_equal(np.sort(order), np.arange(len(a)))
+    assert np.add.reduceat(a[order], p.offsets[:-1]).max() <= 2048
+    return a, _lb(a, 2048), ways, p
+
+
 @needs_numba
 def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
     """64k samples of 800 distinct lengths at 2k (seed 1): the exact try's first way gives up (its packs and L2
@@ -754,13 +766,7 @@ def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
     LB + 56. Where the plan is within the target (600 distinct, seed 7) they do not run. (Without the exact packs
     with two or three tokens after them, EXACT_WAYS_LAST, which bring this row to LB + 5: the next test.)"""
     monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())
-    a = _few_distinct(64_000, 2048, 800, 1)
-    lb = _lb(a, 2048)
-    ways = _record_ways(monkeypatch)
-    p = plan(a, 2048)
-    order = p.order
-    assert np.array_equal(np.sort(order), np.arange(len(a)))
-    assert np.add.reduceat(a[order], p.offsets[:-1]).max() <= 2048
+    a, lb, ways, p = _planned_800_distinct_at_2k(monkeypatch)
     assert p.num_packs - lb == 11 and (True, 1, True) in ways
     shipped = refine.EXACT_WAYS_AGAIN
     monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())
@@ -781,13 +787,7 @@ def test_exact_packs_with_two_or_three_tokens_of_slack_come_last(monkeypatch):
     the stage's last step, bring it to LB + 5, the target, so the 3-token way does not run. Control: without
     them, LB + 11. They run after every other way, and not where the plan is within the target (600 distinct,
     seed 7) or where a max_per_pack could bind (8 a pack: no tolerant way runs there)."""
-    a = _few_distinct(64_000, 2048, 800, 1)
-    lb = _lb(a, 2048)
-    ways = _record_ways(monkeypatch)
-    p = plan(a, 2048)
-    order = p.order
-    assert np.array_equal(np.sort(order), np.arange(len(a)))
-    assert np.add.reduceat(a[order], p.offsets[:-1]).max() <= 2048
+    a, lb, ways, p = _planned_800_distinct_at_2k(monkeypatch)
     assert p.num_packs - lb == 5
     assert ways[-1] == (True, 2, False) and (True, 2, False) not in ways[:-1] and (True, 3, False) not in ways
     assert ways.index((True, 1, True)) < len(ways) - 1  # the exact packs once more came before
