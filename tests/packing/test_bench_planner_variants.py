@@ -74,7 +74,12 @@ def test_a_comparison_counts_its_rows_and_restores_the_stage():
     before = refine.EXACT_WAYS_AGAIN, refine.NEAR_PAIR_MAX_CAPACITY, refine.EXACT_WAYS_LAST
     out = io.StringIO()
     no_last = {"EXACT_WAYS_LAST": ()}
-    without = {"EXACT_WAYS_AGAIN": (), "NEAR_PAIR_MAX_CAPACITY": 0, "EXACT_WAYS_LAST": ()}
+    without = {
+        "EXACT_WAYS_AGAIN": (),
+        "NEAR_PAIR_MAX_CAPACITY": 0,
+        "EXACT_WAYS_LAST": (),
+        "NOT_FULL_AGAIN": False,
+    }
     total = bench.compare(
         [("shipped", {}), ("no_last", no_last), ("without", without)],
         (1,),

@@ -98,6 +98,7 @@ def test_the_exact_kernel_runs_only_where_its_cost_is_left(monkeypatch):
     is not called on them: without the near pairs, the tries land LB + 7; with them, they run in the exact
     try's place (NEAR_PAIRS_FIRST) and the stage on their rest calls the kernel only on lengths whose cost is
     left. Every plan is valid and no worse than best fit."""
+    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)  # the controls: nor the stage once more (LB + 5)
     a = _few_distinct(30_000, 4096, 2000)
     lb = _lb(a, 4096)
     exact_calls, _ = _spy(monkeypatch)
@@ -172,6 +173,7 @@ def test_a_quarter_of_the_effort_skips_the_exact_kernel_it_needs(monkeypatch):
     near pairs' rest, 19,116 samples of fewer lengths, then gets the kernel at its own cost; they are switched
     off here.)"""
     a = _few_distinct(30_000, 4096, 2000)
+    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)  # nor the stage once more (LB + 5 with it)
     monkeypatch.setenv("PACKCFG_PLANNER_EFFORT", "0.25")
     monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
     exact_calls, _ = _spy(monkeypatch)

@@ -466,6 +466,7 @@ def test_near_packs_bring_the_rest_within_the_target(monkeypatch):
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (False, 0, False)))
     monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())
     monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())  # nor the ways with 2-3 tokens last
+    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)  # nor the stage once more (+5 in the control)
     a = _few_distinct(64_000, 2048, 999)
     lb = _lb(a, 2048)
     calls = []
@@ -766,6 +767,7 @@ def test_exact_packs_once_more_where_the_target_is_out_of_reach(monkeypatch):
     LB + 56. Where the plan is within the target (600 distinct, seed 7) they do not run. (Without the exact packs
     with two or three tokens after them, EXACT_WAYS_LAST, which bring this row to LB + 5: the next test.)"""
     monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())
+    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)  # nor the stage once more (+55 in the last control)
     a, lb, ways, p = _planned_800_distinct_at_2k(monkeypatch)
     assert p.num_packs - lb == 11 and (True, 1, True) in ways
     shipped = refine.EXACT_WAYS_AGAIN

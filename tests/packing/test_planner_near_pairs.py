@@ -103,7 +103,10 @@ def _calls(monkeypatch):
 
 def _off_then_on(monkeypatch, a, capacity, off, on, slack):
     """plan() of `a` with the near pairs switched off (LB + `off`: the control), then on (LB + `on`, the near
-    pairs called once, with `slack` tokens): (that plan, checked whole and within the capacity; the calls)."""
+    pairs called once, with `slack` tokens): (that plan, checked whole and within the capacity; the calls).
+    Without the stage once more on the packs that are not full (NOT_FULL_AGAIN), which would take the control
+    nearer (test_planner_not_full.py has it)."""
+    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)
     lb = _lb(a, capacity)
     monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
     assert plan(a, capacity).num_packs - lb == off
@@ -131,7 +134,9 @@ def test_near_pairs_bring_a_plan_the_tries_leave_far_over_the_target_much_nearer
 def test_near_pairs_run_only_where_the_plan_misses_and_up_to_their_capacity(monkeypatch):
     """Within the target (64k samples of 400 distinct at 2k, seed 1: LB + 3) they do not run; where
     max_per_pack could bind neither (the 800-distinct input above with 8 a pack, over its target); above
-    NEAR_PAIR_MAX_CAPACITY neither (that input with the limit lowered to 1k)."""
+    NEAR_PAIR_MAX_CAPACITY neither (that input with the limit lowered to 1k; without the stage once more on the
+    packs that are not full, NOT_FULL_AGAIN, which takes that plan from LB + 57 to + 41)."""
+    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)
     calls = _calls(monkeypatch)
     a = _few_distinct(64_000, 2048, 400, seed=1)
     assert plan(a, 2048).num_packs - _lb(a, 2048) <= 5
