@@ -56,3 +56,20 @@ def test_the_stage_once_more_on_the_packs_that_are_not_full(monkeypatch):
     calls.clear()
     b = _few_distinct(64_000, 2048, 600)
     assert plan(b, 2048).num_packs - _lb(b, 2048) <= 5 and not calls
+
+
+@needs_numba
+def test_with_max_per_pack_the_rest_keeps_the_limit(monkeypatch):
+    """64k samples of 600 distinct lengths at 2k with 8 a pack: LB + 15 without the stage once more on the packs
+    that are not full, LB + 12 with it (measured; the per-pack table's row). Every pack within the capacity and
+    at most 8 samples, every sample once."""
+    a = _few_distinct(64_000, 2048, 600)
+    values, counts = np.unique(a, return_counts=True)
+    lb = refine.lower_bound(values[::-1], counts[::-1], 2048, 8)
+    p = plan(a, 2048, max_per_pack=8)
+    order = p.order
+    assert np.array_equal(np.sort(order), np.arange(len(a)))
+    assert np.add.reduceat(a[order], p.offsets[:-1]).max() <= 2048 and np.diff(p.offsets).max() <= 8
+    assert p.num_packs - lb == 12
+    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)
+    assert plan(a, 2048, max_per_pack=8).num_packs - lb == 15

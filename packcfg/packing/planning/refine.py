@@ -11,7 +11,9 @@ its plan is within the target the tries do not run. Where the plan is still over
 pairs (a long sample and one other within a few tokens of full, least slack first) and the stage on their rest
 (PACKCFG_PLANNER_NEAR_PAIRS=off skips them); on near-continuous lengths (DENSE_FRACTION), at 2k-4k, the near
 pairs alone; where the exact try gives no plan (it cannot afford its kernel, or gives up), the exact packs once
-more and the near pairs before the tries (NEAR_PAIRS_FIRST).
+more and the near pairs before the tries (NEAR_PAIRS_FIRST). Last, where the plan is still over the target,
+exact packs with up to two or three tokens of slack (EXACT_WAYS_LAST), then the stage once more on the items of
+the packs that are not exactly full (NOT_FULL_AGAIN).
 
 LB is the larger of ceil(sum / capacity) and Martello and Toth's L2. The whole stage, nested stages included,
 spends at most one budget (`Effort`, EFFORT_PER_ITEM units a sample), charged by every part of it. The stage is
@@ -1217,16 +1219,17 @@ EXACT_WAYS_AGAIN = ((True, 1, True),)
 # way's (disjoint), +11; the 2-token way's is +5, within the target (13.7 -> 16.2 ms). Last, so that it spends
 # only what the steps before it left: as a second way of EXACT_WAYS_AGAIN (3 tokens, at most a quarter of what
 # was left) it took 400 distinct at 4k with 64k samples, seed 2, from +13 to +16, the near pairs after it short
-# of budget (docs/packing.md, "Exact packs with two or three tokens of slack, last")
+# of budget (docs/packing.md, "Two last steps where the plan is still over the target")
 EXACT_WAYS_LAST = ((True, 2, False), (True, 3, False))
 # Where the plan is still over the target after every other step, the stage once more on the items of the packs
 # that are not exactly full (best fit, then the stage as the top level runs it, the exact try included, aiming
 # at the target less the full packs, with what the budget has left): the full packs hold no slack to recover,
 # and their rest is a smaller input whose exact packs and tries differ from the whole's. On the 120 seed inputs
 # 774 -> 765 packs over LB (999 distinct at 128k with 150k samples, seed 1: +6 -> +5, within the target), on
-# the 120 ratio rows of 30k-1M samples 3,272 -> 3,271; no plan more (docs/packing.md, "The stage once more on the
-# packs that are not full"). With a budget of its own (a second top-level plan of those packs) it brought
-# seven rows within the target, but took 4-58 ms more each
+# the 120 ratio rows of 30k-1M samples 3,272 -> 3,271; with max_per_pack, 64k samples of 600 distinct at 2k
+# with 4 / 8 a pack +233 / +15 -> +208 / +12; no plan more (docs/packing.md, "Two last steps where the plan is
+# still over the target"). With a budget of its own (a second top-level plan of those packs) it brought seven
+# rows within the target, but took 4-58 ms more each
 NOT_FULL_AGAIN = True
 # Where the plan is still over the target after every try, pairs of a sample over half the capacity and one
 # other within `slack` tokens of full first (least slack first, as many as the counts allow), then best fit and
