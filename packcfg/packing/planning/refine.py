@@ -470,14 +470,12 @@ def refine(
     assign, largest, fills = _by_pack(packing, a, present, counts)
     big = largest > capacity // 2
     keeps = [big & (fills >= capacity - max(1, capacity >> shift)) for shift in shifts]
-    group_start = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=group_start[1:])
     for i_try, keep in enumerate(keeps if nested else (*keeps, big)):  # nested: try 1 only
         if not keep.any() or keep.all() or work <= 0 or best_packs <= stop or effort.spent():
             continue
         if any(np.array_equal(keep, k) for k in keeps[:i_try]):
             continue  # the same packs kept as by an earlier try (e.g. every big-item pack was tight)
-        kept, sub_present, sub_counts = _not_kept(keep, assign, present, counts, group_start)
+        kept, sub_present, sub_counts = _not_kept(keep, assign, present, counts)
         sub = np.repeat(sub_present, sub_counts)
         # more waste than this could not save a pack
         waste = int((~keep).sum()) * capacity - int(np.dot(sub_present, sub_counts)) - capacity
@@ -568,13 +566,14 @@ def refine(
 
 
 def _not_kept(
-    keep: np.ndarray, assign: np.ndarray, present: np.ndarray, counts: np.ndarray, group_start: np.ndarray
+    keep: np.ndarray, assign: np.ndarray, present: np.ndarray, counts: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What a plan's packs that `keep` marks leave (assign: `_by_pack`'s; group_start: where each length's items
-    start in decreasing-length order): (kept, by item in that order; the histogram of the other items, present
-    descending and their counts)."""
+    """What a plan's packs that `keep` marks leave (assign: `_by_pack`'s, by item in decreasing-length order):
+    (kept, by item in that order; the histogram of the other items, present descending, and their counts)."""
     kept = keep[assign]
-    left = counts - np.add.reduceat(kept, group_start[:-1], dtype=np.int64)
+    group_start = np.zeros(len(counts), dtype=np.int64)  # where each length's items start in that order
+    np.cumsum(counts[:-1], out=group_start[1:])
+    left = counts - np.add.reduceat(kept, group_start, dtype=np.int64)
     some = left > 0
     return kept, present[some], left[some]
 
@@ -600,9 +599,7 @@ def _not_full_again(
     keep = fills >= capacity
     if not keep.any() or keep.all():
         return None
-    group_start = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=group_start[1:])
-    kept, sub_present, sub_counts = _not_kept(keep, assign, present, counts, group_start)
+    kept, sub_present, sub_counts = _not_kept(keep, assign, present, counts)
     n_kept, best_packs = int(keep.sum()), len(best.offsets) - 1
     if _cannot_improve(n_kept, sub_present, sub_counts, capacity, k_max, best_packs):
         return None
