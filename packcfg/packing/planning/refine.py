@@ -614,13 +614,10 @@ def _not_full_again(
         sub_counts,
         first,
         best_fit,
-        None,
-        count,
-        None,
-        None,
-        1,
-        effort,
-        aim,
+        count=count,
+        depth=1,
+        effort=effort,
+        aim=aim,
     )
     if n_kept + len(plan.offsets) - 1 >= best_packs:
         return None
