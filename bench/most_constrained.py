@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from packing import _switched_off, few_distinct_lengths, l2_bound, print_table  # noqa: E402
+from packing import _switched_off, few_distinct_lengths, packs_lower_bound, print_table  # noqa: E402
 
 from packcfg.packing import _exact_kernel  # noqa: E402
 from packcfg.packing.planner import plan  # noqa: E402
@@ -105,7 +105,7 @@ def compare(n: int, capacity: int, distinct: int, share: float, check: bool) -> 
     packs' time compiled (process CPU, the second of two calls) against one argsort of the lengths, and with
     `check` the NumPy version's too, which must give the same packs."""
     a = few_distinct_lengths(n, capacity, distinct)
-    lb = l2_bound(a, capacity)
+    lb = packs_lower_bound(a, capacity)
     with _switched_off("PACKCFG_PLANNER_EXACT"):  # the baseline this script began from
         bfd = plan(a, capacity).num_packs
     counts = np.bincount(a, minlength=capacity + 1)

@@ -22,7 +22,7 @@ under the planner's thresholds) at 2k-128k, warm and in a fresh process (cold).
 Then (--ratio-only) bfd against one argsort on every distribution above plus real corpora (Debian changelog
 entries and package records found on this machine, `real_corpora`) at every capacity 2k-128k: warm, on the
 pure-Python path, and cold in a fresh process (median of 3) with the kernel's load shown apart; packs against
-max(ceil(sum / cap), L2) + max(5, 0.01%), before (best fit alone, PACKCFG_PLANNER_REFINE=off) and after bfd's
+max(ceil(sum / cap), L2, Fekete-Schepers) + max(5, 0.01%), before (best fit alone, PACKCFG_PLANNER_REFINE=off) and after bfd's
 refinement stage, with both times; with --lp-bound SECONDS, where bfd misses that target, also the cutting-stock
 LP bound (bench/lp_bound.py: Gilmore-Gomory column generation, needs SciPy; bench only, never the planner).
 --ratio-seeds and --ratio-distinct draw the few-distinct inputs with other seeds and numbers of lengths (the
@@ -534,14 +534,15 @@ def few_distinct_lengths(n: int, capacity: int, distinct: int, seed: int = 7) ->
     return out
 
 
-def l2_bound(a: np.ndarray, capacity: int) -> int:
-    """Martello and Toth's L2 lower bound on the packs of lengths `a` (>= ceil(sum / capacity)): the planner's
-    own (packcfg.packing.planning.refine.l2_bound, on the histogram), so that the bench and the refinement
-    stage's target count the same bound."""
-    from packcfg.packing.planning.refine import l2_bound as histogram_l2
+def packs_lower_bound(a: np.ndarray, capacity: int) -> int:
+    """LB on the packs of lengths `a`: the largest of ceil(sum / capacity), Martello and Toth's L2 and Fekete
+    and Schepers' bound (dual feasible functions; what proves best fit optimal on uniform lengths): the
+    planner's own (packcfg.packing.planning.refine.lower_bound, on the histogram), so that the bench and the
+    refinement stage's target count the same bound."""
+    from packcfg.packing.planning.refine import lower_bound
 
     values, counts = np.unique(a, return_counts=True)
-    return histogram_l2(values, counts, capacity)
+    return lower_bound(values[::-1], counts[::-1], capacity, 1 << 62)
 
 
 def real_corpora() -> dict[str, np.ndarray]:
@@ -621,9 +622,9 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
         "best fit ms",
         "packs",
         "LB",
-        "L2",
-        "gap L2 before",
-        "gap L2",
+        "L2 / DFF",
+        "gap before",
+        "gap",
         "time ok",
         "packs ok",
     ]
@@ -646,7 +647,7 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
                     t_only, _ = _best_of(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
                     before = plan(a, cap, "bfd").num_packs
                 lb = -(-int(a.sum()) // cap)
-                l2 = l2_bound(a, cap)
+                l2 = packs_lower_bound(a, cap)
                 ok = t_bfd <= 3 * t_sort or t_bfd < 0.010
                 rows.append(
                     [
@@ -670,10 +671,11 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
     print_table(header, rows)
     print(
         "\nbfd ms: best of 5 CPU ms, kernel loaded, the refinement stage included; python ms: best fit's "
-        "pure-Python path alone (what ran below 1,000 distinct lengths before issue 23); best fit ms / gap L2 "
+        "pure-Python path alone (what ran below 1,000 distinct lengths before issue 23); best fit ms / gap "
         "before: bfd without its refinement stage (PACKCFG_PLANNER_REFINE=off); time: bfd <= 3x argsort or "
-        "< 10 ms; packs: <= L2 + max(5, 0.01%). LB = ceil(sum / cap); "
-        "L2: Martello-Toth's bound (items over cap / 2 need a pack each; these tails reach the capacity)."
+        "< 10 ms; packs: <= L2 / DFF + max(5, 0.01%); gaps over L2 / DFF. LB = ceil(sum / cap); "
+        "L2 / DFF: the larger of Martello-Toth's L2 (items over cap / 2 need a pack each; these tails reach the "
+        "capacity) and Fekete-Schepers' bound (refine.dff_bound)."
     )
     root = str(Path(__file__).resolve().parents[1])
     bench = str(Path(__file__).resolve().parent)
@@ -809,7 +811,7 @@ def ratio_table(
     loaded), on the pure-Python path (what runs without numba, and cold below 1,000 distinct lengths), and
     cold in a fresh process (the first plan(), median of COLD_RUNS processes; numba's import and cache load,
     where the kernel ran, shown apart); packs against the target LB + max(5, 0.01%). `only`: the
-    distributions whose name starts with one of these (all when empty). `lp` > 0: where bfd misses the target against L2, also the cutting-stock LP bound
+    distributions whose name starts with one of these (all when empty). `lp` > 0: where bfd misses the target against LB, also the cutting-stock LP bound
     (bench/lp_bound.py, at most `lp` seconds a row), and packs over it. `seeds`, `distinct`: the few-distinct
     inputs (ratio_workloads)."""
     from packcfg.packing import _bfd_kernel
@@ -859,7 +861,7 @@ def ratio_table(
             with _switched_off("PACKCFG_PLANNER_REFINE"):
                 t_only = _median(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
                 before = plan(a, cap, "bfd").num_packs
-            lb = max(-(-int(a.sum()) // cap), l2_bound(a, cap))
+            lb = packs_lower_bound(a, cap)
             target = max(5, lb // 10_000)
             row = [
                 name,
@@ -926,15 +928,16 @@ def ratio_table(
         "load apart (numba import + cache read: where the kernel ran, the first call's CPU over the second's, not "
         "counted in cold ms; where "
         "Python ran, what loading the kernel then costs); time ok: bfd and cold <= 3x argsort or < 10 ms; ok*: "
-        "cold Python over that, but cheaper than the kernel's load plus its plan; target: packs <= LB + max(5, 0.01% LB), LB = the larger of ceil(sum / cap) and "
-        "Martello-Toth's L2 (items over cap / 2 need a pack each: uniform lengths); bfd ms and packs - LB "
+        "cold Python over that, but cheaper than the kernel's load plus its plan; target: packs <= LB + max(5, 0.01% LB), LB = the largest of ceil(sum / cap), "
+        "Martello-Toth's L2 (items over cap / 2 need a pack each) and Fekete-Schepers' bound (dual feasible "
+        "functions, refine.dff_bound: what proves best fit optimal on uniform lengths); bfd ms and packs - LB "
         "include bfd's refinement stage (planning/refine.py, where best fit misses the target); best fit ms "
         "and before: without it (PACKCFG_PLANNER_REFINE=off)."
         + (
             " LP (--lp-bound, rows that miss only): the cutting-stock LP (Gilmore-Gomory column generation, "
             "bench/lp_bound.py); LP master: the restricted master's last optimum, an upper bound on the LP "
-            "('<=': it fell to L2 or below, so ceil(LP) <= L2; '~': stopped by the time limit); LP bound: the "
-            "larger of L2 and ceil of Farley's bound, valid wherever the search stopped; LP plan: that last "
+            "('<=': it fell to LB or below, so ceil(LP) <= LB; '~': stopped by the time limit); LP bound: the "
+            "larger of LB and ceil of Farley's bound, valid wherever the search stopped; LP plan: that last "
             "optimum made whole (each pattern used its whole times, bfd on the items left): a real plan, so an "
             "upper bound on the optimum, which shows whether the target is reachable."
             if lp
@@ -944,9 +947,9 @@ def ratio_table(
 
 
 def _lp_columns(a: np.ndarray, cap: int, p, lb: int, target: int, seconds: float) -> list[str]:  # type: ignore[no-untyped-def]
-    """The cutting-stock LP bound's columns of a ratio row, where bfd misses the target against L2: the
-    master LP's last optimum (an upper bound on the LP; "<=" where the search stopped because it fell to L2
-    or below, so the LP cannot raise the bound), the integer bound (max of L2 and ceil of Farley's bound),
+    """The cutting-stock LP bound's columns of a ratio row, where bfd misses the target against LB: the
+    master LP's last optimum (an upper bound on the LP; "<=" where the search stopped because it fell to LB
+    or below, so the LP cannot raise the bound), the integer bound (max of LB and ceil of Farley's bound),
     packs over it (ok where within max(5, 0.01%) of it), the LP's plan made whole (its patterns used whole
     times, bfd on the rest: a real plan, so whether the target is reachable) over LB, and the seconds."""
     if p.num_packs - lb <= target:
@@ -1059,7 +1062,7 @@ def per_pack_table(n: int, lp: float) -> None:
     ]
     print_table(header + (["LP master", "over LP bound", "LP plan - LB", "LP s"] if lp else []), rows)
     print(
-        "\nLB: max(ceil(sum / cap), L2, the slot bound (refine.slot_bound; at least items / max_per_pack)); without slots: PACKCFG_PLANNER_SLOTS=off (best "
+        "\nLB: max(ceil(sum / cap), L2, Fekete-Schepers', the slot bound (refine.slot_bound; at least items / max_per_pack)); without slots: PACKCFG_PLANNER_SLOTS=off (best "
         "fit and the refinement stage); ms: warm CPU, best of 3; x argsort: bfd against one np.argsort of the "
         "lengths."
         + (

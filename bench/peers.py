@@ -34,8 +34,8 @@ distribution and capacity (it would only take longer).
 
 Workloads: lognormal, uniform and realish lengths (bench/packing.py `long_lengths`) at 5k, 150k and 1M
 samples and 4k, 32k and 128k capacity, and the real corpora of bench/packing.py (`real_corpora`). Printed
-for each: CPU ms, x argsort (a NumPy argsort of the same lengths), packs over the lower bound (the larger
-of ceil(sum / capacity) and Martello-Toth's L2), and the peer's time over packcfg's.
+for each: CPU ms, x argsort (a NumPy argsort of the same lengths), packs over the lower bound (the largest
+of ceil(sum / capacity), Martello-Toth's L2 and Fekete-Schepers' bound), and the peer's time over packcfg's.
 
 Usage: python bench/peers.py [--n 5000,150000,1000000] [--caps 4096,32768,131072] [--runs 5]
        [--budget 5] [--timeout 60] [--peers-python PATH] [--oracle-python PATH] [--no-corpora]
@@ -58,7 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.packing import l2_bound, long_lengths, print_table, real_corpora  # noqa: E402
+from bench.packing import long_lengths, packs_lower_bound, print_table, real_corpora  # noqa: E402
 from packcfg.packing import plan  # noqa: E402
 from packcfg.packing.planning.best_fit import load_kernel  # noqa: E402
 
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             n = len(a)
             npy = Path(tmp) / "lengths.npy"
             np.save(npy, a)
-            lb = max(-(-int(a.sum()) // cap), l2_bound(a, cap))  # Martello-Toth's L2 when it is larger
+            lb = packs_lower_bound(a, cap)  # the largest of the volume bound, L2 and Fekete-Schepers'
             t_sort, _, _ = _median_cpu(lambda a=a: np.argsort(a), args.runs, args.budget)
             t_me, k_me, p = _median_cpu(
                 lambda a=a, cap=cap: plan(a, cap, "bfd").order, args.runs, args.budget

@@ -13,7 +13,7 @@ over the rows.
 
 With --lp-bound SECONDS, the rows where the first variant is over the packs target get the cutting-stock LP
 (bench/lp_bound.py, needs SciPy; at most SECONDS a row): its lower bound and its plan made whole, over LB, and
-whether the target can be met at all (not where the LP's bound is past it: there L2 is below the optimum).
+whether the target can be met at all (not where the LP's bound is past it: there LB is below the optimum).
 
 Usage: python bench/planner_variants.py --variant shipped --variant "stop44: EXACT_LATE_OVER=-1; EXACT_WAYS_AGAIN=()"
        [--seeds 1,2,3] [--distinct 400,800,999,1500] [--n 64000,150000] [--capacities 2048,4096,8192,32768,131072]
@@ -52,7 +52,11 @@ def _bench_packing():  # type: ignore[no-untyped-def]
 
 
 _packing = _bench_packing()
-few_distinct_lengths, l2_bound, machine = _packing.few_distinct_lengths, _packing.l2_bound, _packing.machine
+few_distinct_lengths, packs_lower_bound, machine = (
+    _packing.few_distinct_lengths,
+    _packing.packs_lower_bound,
+    _packing.machine,
+)
 
 Variant = tuple[str, dict[str, object]]
 
@@ -139,7 +143,7 @@ def compare(
             for d in distinct:
                 for seed in seeds:
                     a = few_distinct_lengths(n, capacity, d, seed)
-                    lb = l2_bound(a, capacity)
+                    lb = packs_lower_bound(a, capacity)
                     target = lb + refine.margin(lb)
                     bar = max(0.010, 3 * float(np.median([_cpu(np.argsort, a) for _ in range(3)])))
                     packs: dict[str, int] = {}

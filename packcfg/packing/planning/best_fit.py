@@ -97,7 +97,7 @@ def grouped_best_fit(a: np.ndarray, capacity: int, max_per_pack: int | None, tai
     present, counts = length_histogram(a)
     packing = _grouped_best_fit(a, capacity, max_per_pack, present, counts)
     if max_per_pack is not None:  # the slot-balanced plan first: where it lands within the goal, no stage
-        goal = refine.target(present, counts, capacity, k_max)
+        goal = refine.target(present, counts, capacity, k_max, len(packing.offsets) - 1)
         packing = slots.improve(
             a,
             capacity,

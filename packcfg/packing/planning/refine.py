@@ -226,6 +226,60 @@ def l2_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
     return max(best, int(bound.max()))
 
 
+# Fekete and Schepers' dual feasible functions (Math. Programming 91, 2001), the bound's k: u^(k)(x) = x where
+# (k + 1) x / capacity is whole, else floor((k + 1) x / capacity) / k (in packs). k = 2 is what proves the
+# uniform rows optimal (64k and 1M samples, 2k-128k: L2 + 8 and + 64..66, best fit's packs), k = 6 what gives
+# 150k samples at 2k L2 + 16; k over 8 raised no bound measured (uniform, the few-distinct lengths at 2k).
+DFF_KS = tuple(range(1, 9))
+# the thresholds e it tries: 1 and the lengths present up to capacity / 2, at most this many of them (evenly
+# spread where there are more: any e gives a bound), so that it costs O(this x DFF_KS**2) whatever the input
+# (0.2-0.6 ms; uniform at 128k with 1M samples L2 + 65 against + 66 with all 65k of them)
+DFF_MAX_THRESHOLDS = 4096
+
+
+def dff_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
+    """Fekete and Schepers' lower bound on the packs from the histogram (values ascending): for a threshold
+    e <= capacity / 2 (1, or a length present), an item over capacity - e counts 1, one under e counts 0 and
+    every other u^(k)(x / capacity) (DFF_KS); no pack's items count over 1, so ceil of the sum is a bound. It
+    complements L2 where many items are just over a fraction of the capacity that they cannot fill (near-
+    continuous lengths: uniform lengths at 2k with 64k samples L2 + 8, the cutting-stock LP's bound and best
+    fit's packs; Zipf-weighted lengths at 2k, 250k samples, seed 1: L2 + 454, LP + 603), and equals L2 or lies
+    under it on the heavy-tailed ones.
+
+    u^(k) is floor((k + 1) x / capacity) / k but at the lengths where that is whole, so the sum over the items
+    between two thresholds is read from the counts at the k + 1 steps' edges, with one correction for each
+    such length present: O(thresholds x k) for each k, whatever the lengths, in one NumPy pass for all k."""
+    v = values.astype(np.int64)
+    c = counts.astype(np.int64)
+    cnt = np.concatenate([[0], np.cumsum(c)])  # cnt[i]: the items of v[:i]
+    cuts = np.concatenate([[1], v[v <= capacity // 2]])
+    if len(cuts) > DFF_MAX_THRESHOLDS:
+        cuts = cuts[np.linspace(0, len(cuts) - 1, DFF_MAX_THRESHOLDS).astype(np.int64)]
+    lo = np.searchsorted(v, cuts, side="left")  # the items from e ...
+    hi = np.searchsorted(v, capacity - cuts, side="right")  # ... to capacity - e
+    # every k at once: its steps j = 1 .. k + 1, each a column
+    ks = np.asarray(DFF_KS, dtype=np.int64)
+    k = np.repeat(ks, ks + 1)
+    j = np.concatenate([np.arange(1, kk + 2) for kk in DFF_KS])
+    first = np.concatenate([[0], np.cumsum(ks + 1)[:-1]])  # each k's first column
+    # floor((k + 1) x / capacity) >= j from x = ceil(j capacity / (k + 1)): the items of v[lo:hi] at or over
+    # that, summed over j, are the sum of their steps
+    edge = cnt[np.searchsorted(v, -(-j * capacity // (k + 1)), side="left")]
+    at_least = np.clip(cnt[hi][:, None] - np.maximum(cnt[lo][:, None], edge[None, :]), 0, None)
+    steps = np.add.reduceat(at_least, first, axis=1)  # thresholds x ks
+    # scaled by k x capacity: step x capacity, but k x where (k + 1) x / capacity is whole ((k + 1) x as a
+    # step: -x for each item of such a length)
+    total = steps * capacity + (cnt[-1] - cnt[hi])[:, None] * (ks * capacity)[None, :]
+    whole = (j * capacity) % (k + 1) == 0
+    x, kx = j[whole] * capacity // (k + 1)[whole], np.searchsorted(ks, k[whole])
+    idx = np.minimum(np.searchsorted(v, x), len(v) - 1)
+    present = v[idx] == x
+    x, kx, idx = x[present], kx[present], idx[present]
+    inside = (lo[:, None] <= idx[None, :]) & (idx[None, :] < hi[:, None])
+    np.add.at(total.T, kx, -(inside * (x * c[idx])[None, :]).T)
+    return int((-(-total // (ks * capacity)[None, :])).max())
+
+
 def slot_bound(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
     """A lower bound on the packs with at most k_max items a pack, from the histogram (values ascending). An
     item of length v shares its pack with at most m(v) others, m(v) the smaller of k_max - 1 and how many of
@@ -261,13 +315,20 @@ def slot_bound(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int
     return int(np.ceil(max(slots, big_items) - 1e-6))
 
 
-def lower_bound(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
-    """LB: the larger of L2 (present descending, as grouped_best_fit has it) and, with max_per_pack, the slot
-    bound (at least the items over k_max)."""
-    lb = l2_bound(present[::-1], counts[::-1], capacity)
-    if k_max >= int(counts.sum()):
-        return lb  # no pack could reach the item limit
-    return max(lb, -(-int(counts.sum()) // k_max), slot_bound(present[::-1], counts[::-1], capacity, k_max))
+def lower_bound(
+    present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, packs: int | None = None
+) -> int:
+    """LB: the largest of L2 and Fekete and Schepers' bound (present descending, as grouped_best_fit has it)
+    and, with max_per_pack, the slot bound (at least the items over k_max). With `packs` (a plan's), the
+    Fekete-Schepers bound is left out where the others already hold that plan within LB + margin(LB): it can
+    only raise LB, and it is what costs most here (0.3-2 ms)."""
+    ascending, ascending_counts = present[::-1], counts[::-1]
+    lb = l2_bound(ascending, ascending_counts, capacity)
+    if k_max < int(counts.sum()):  # a pack could reach the item limit
+        lb = max(lb, -(-int(counts.sum()) // k_max), slot_bound(ascending, ascending_counts, capacity, k_max))
+    if packs is not None and packs <= lb + margin(lb):
+        return lb
+    return max(lb, dff_bound(ascending, ascending_counts, capacity))
 
 
 def margin(lb: int) -> int:
@@ -276,9 +337,11 @@ def margin(lb: int) -> int:
     return max(5, lb // 10_000)
 
 
-def target(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
-    """LB + margin(LB): the packs bfd is held to."""
-    lb = lower_bound(present, counts, capacity, k_max)
+def target(
+    present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, packs: int | None = None
+) -> int:
+    """LB + margin(LB): the packs bfd is held to (`packs`: as lower_bound)."""
+    lb = lower_bound(present, counts, capacity, k_max, packs)
     return lb + margin(lb)
 
 
@@ -328,14 +391,20 @@ def refine(
     if capacity > MAX_CAPACITY:
         return packing  # past the DP's reach
     # near-continuous lengths (DENSE_FRACTION): the rest of the stage saved nothing there; at the top level, up
-    # to DENSE_NEAR_PAIR_MAX_CAPACITY and under STOP_AT_LB_ITEMS samples, the near pairs alone
+    # to DENSE_NEAR_PAIR_MAX_CAPACITY and under STOP_AT_LB_ITEMS samples, the near pairs alone; from
+    # DENSE_STAGE_MIN_ITEMS, the whole stage where best fit is far over LB
     dense = len(present) > DENSE_FRACTION * int(present[0])
-    if dense and not (
-        goal is None
-        and depth == 0
-        and capacity <= DENSE_NEAR_PAIR_MAX_CAPACITY
-        and len(a) < STOP_AT_LB_ITEMS
-        and _near_pairs_apply(capacity, k_max, a)
+    whole = dense and goal is None and aim is None and depth == 0 and len(a) >= DENSE_STAGE_MIN_ITEMS
+    if (
+        dense
+        and not whole
+        and not (
+            goal is None
+            and depth == 0
+            and capacity <= DENSE_NEAR_PAIR_MAX_CAPACITY
+            and len(a) < STOP_AT_LB_ITEMS
+            and _near_pairs_apply(capacity, k_max, a)
+        )
     ):
         return packing
     if len(a) >= SPARSE_MIN_ITEMS and len(a) < SPARSE_MULTIPLICITY * len(present):
@@ -349,10 +418,12 @@ def refine(
         volume = -(-int(np.dot(present, counts)) // capacity)  # LB >= this, so the target is at least as high
         if packs <= volume + margin(volume):
             return packing  # within the target whatever L2 says (most inputs: no L2 to compute)
-        goal = target(present, counts, capacity, k_max)
-        stop = (
-            min(goal, lower_bound(present, counts, capacity, k_max)) if len(a) >= STOP_AT_LB_ITEMS else goal
-        )
+        lb = lower_bound(present, counts, capacity, k_max, packs)
+        goal = lb + margin(lb)
+        stop = lb if len(a) >= STOP_AT_LB_ITEMS else goal
+        if whole and packs <= lb + DENSE_STAGE_MARGINS * margin(lb):
+            return packing  # near-continuous lengths, best fit near LB (DENSE_STAGE_MIN_ITEMS)
+        dense = dense and not whole
     assert goal is not None and stop is not None
     if packs <= goal or not enabled():
         return packing
@@ -1257,6 +1328,14 @@ NEAR_PAIRS_FIRST = True
 # LP's optimum). At 8k-16k they saved no pack on a uniform row and took 150k samples past 10 ms; at 1M samples
 # they took 7-37 ms more (4,095 distinct at 2k: +1,432 -> +399, uniform the same plans)
 DENSE_NEAR_PAIR_MAX_CAPACITY = 1 << 12
+# ... but from this many samples, the whole stage where best fit lands over LB + DENSE_STAGE_MARGINS x margin(LB)
+# (LB with Fekete and Schepers' bound, dff_bound): 4,095 distinct at 2k (1,773 lengths, Zipf-weighted) with
+# 270k / 500k / 1M samples, 30 / 28 / 35 margins over LB, +386 / +710 / +1,432 -> +106 / +357 / +233 over L2
+# (the LP's optimum: +100 at 1M) in 32 / 53 / 113 ms, against an argsort's 32 / 58 / 181 ms. Uniform lengths,
+# where it saves nothing (the LP: best fit is optimal), land 0.1-2.1 margins over LB from 150k samples, and
+# would pay 2.5-3.6x an argsort for it at 270k
+DENSE_STAGE_MIN_ITEMS = 1 << 18
+DENSE_STAGE_MARGINS = 4
 # the kernel counting completions that share no sample costs about this much more (1.2-1.3x measured)
 DISJOINT_COST = 1.3
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
