@@ -629,8 +629,8 @@ def test_the_bound_keeps_a_try_that_saves_a_pack_at_its_bound(monkeypatch):
     on = plan(lengths, 342)
     _check(on, lengths, 342)
     assert on.num_packs == 208
-    real = refine.lower_bound
-    monkeypatch.setattr(refine, "lower_bound", lambda *a: real(*a) + 1)
+    real = refine.quick_lower_bound
+    monkeypatch.setattr(refine, "quick_lower_bound", lambda *a: real(*a) + 1)
     _, events = _tries_with_bounds(monkeypatch, lengths, 342)
     assert events[0] == [True, n_kept, 209, packs]
     with pytest.raises(AssertionError):
