@@ -224,8 +224,10 @@ def test_where_the_exact_try_gives_up_its_packs_once_more_and_the_near_pairs_com
     """64k samples of 2,000 distinct lengths at 2k: the exact try runs and gives up (its exact packs and L2 of
     their rest past the target); the exact packs once more, then the near pairs make LB + 76 (measured; the
     budget is spent there, so no try runs). The control (NEAR_PAIRS_FIRST off): the tries first, then the exact
-    packs once more, then the near pairs: LB + 97."""
+    packs once more, then the near pairs: LB + 97. (Without the near pairs ahead of the exact try, which these
+    lengths now get: test_near_pairs_lead_on_lengths_that_take_most_values.)"""
     monkeypatch.setattr(refine, "NEAR_PAIRS_FIRST", first)
+    monkeypatch.setattr(refine, "NEAR_PAIRS_LEAD_FRACTION", 2.0)
     events = _top_level_events(monkeypatch)
     a = _few_distinct(64_000, 2048, 2000)
     p = plan(a, 2048)
@@ -237,3 +239,22 @@ def test_where_the_exact_try_gives_up_its_packs_once_more_and_the_near_pairs_com
         assert events[:2] == ["_exact_try", "_replan"] and events[-1] == "_near_pairs_plan"
     assert sorted(a[p.order].tolist()) == sorted(a.tolist())
     assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 2048).all()
+
+
+@needs_numba
+def test_near_pairs_lead_on_lengths_that_take_most_values(monkeypatch):
+    """64k samples of 2,000 distinct lengths at 2k (1,504 lengths, 73% of the values up to 2,048): the near pairs
+    run first, before the exact try (NEAR_PAIRS_LEAD_FRACTION), with the budget the exact try and its ways once
+    more would have spent: LB + 36 (measured). Control: after them, LB + 76."""
+    events = _top_level_events(monkeypatch)
+    a = _few_distinct(64_000, 2048, 2000)
+    assert len(np.unique(a)) > refine.NEAR_PAIRS_LEAD_FRACTION * 2048
+    p = plan(a, 2048)
+    assert p.num_packs - _lb(a, 2048) == 36
+    assert events[0] == "_near_pairs_plan" and events.count("_near_pairs_plan") == 1
+    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
+    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 2048).all()
+    monkeypatch.setattr(refine, "NEAR_PAIRS_LEAD_FRACTION", 2.0)
+    events.clear()
+    assert plan(a, 2048).num_packs - _lb(a, 2048) == 76
+    assert events[0] == "_exact_try"

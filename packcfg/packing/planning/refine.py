@@ -526,6 +526,19 @@ def refine(
         )
 
     near_first = False  # the exact try gave no plan: the near pairs ran before the tries
+    near_done = False  # the near pairs ran first (NEAR_PAIRS_LEAD_FRACTION)
+    if (
+        depth == 0
+        and not nested
+        and len(present) > NEAR_PAIRS_LEAD_FRACTION * int(present[0])
+        and _near_pairs_apply(capacity, k_max, a)
+    ):
+        near_done = True
+        near = near_pairs()
+        if near is not None and len(near.offsets) - 1 < best_packs:
+            best, best_packs = near, len(near.offsets) - 1
+            if best_packs <= goal:
+                return best
     if exact_ok and not exact_late:
         # where its first way's kernel is over the budget, the exact try gives up at once
         affordable = effort.allows(_exact_way_cost(len(present), *EXACT_WAYS[0][1:]))
@@ -540,7 +553,7 @@ def refine(
             NEAR_PAIRS_FIRST and exact is None and depth == 0 and _near_pairs_apply(capacity, k_max, a)
         )
         for step in ("again", "near") if near_first else ():
-            if effort.spent() or (step == "again" and not affordable):
+            if effort.spent() or (step == "again" and not affordable) or (step == "near" and near_done):
                 continue
             plan = exact_try(EXACT_WAYS_AGAIN, best_packs - 1) if step == "again" else near_pairs()
             if plan is not None and len(plan.offsets) - 1 < best_packs:
@@ -608,6 +621,7 @@ def refine(
         not nested
         and depth == 0
         and not near_first
+        and not near_done
         and best_packs > goal
         and _near_pairs_apply(capacity, k_max, a)
         and not effort.spent()
@@ -1346,6 +1360,16 @@ DENSE_NEAR_PAIR_MAX_CAPACITY = 1 << 12
 # would pay 2.5-3.6x an argsort for it at 270k
 DENSE_STAGE_MIN_ITEMS = 1 << 18
 DENSE_STAGE_MARGINS = 4
+# Lengths that take more than this fraction of the values up to the longest (but not DENSE_FRACTION): the near
+# pairs first, before the exact try, then the rest of the stage where the plan is still over the target. After
+# the exact try (and its ways once more, where it gave no plan) the near pairs had too little of the budget left
+# for the stage on their rest: 1,500 / 2,000 distinct at 2k (0.69 / 0.73-0.75 of the lengths, seeds 1, 2, 3, 7;
+# 30k-150k samples) 1,305 -> 794 packs over LB in all, no row worse (2,000 distinct, seed 7, with 30k / 64k /
+# 150k: +29 / +76 / +150 -> +15 / +36 / +87; the LP's bounds +4 / +9 / +20), 4,095 distinct at 4k +13..+407 ->
+# +10..+357, all rows still over the target; 20-50% more time there. From 0.4 it took 2,000 distinct at 4k,
+# seed 1 (0.49) from +35 / +74 / +157 to +10 / +15 / +36, but six rows within the target past the time bar
+# (2,000 distinct at 4k with 30k samples, 8 -> 11-14 ms): there the exact try reaches the target at once
+NEAR_PAIRS_LEAD_FRACTION = 0.6
 # the kernel counting completions that share no sample costs about this much more (1.2-1.3x measured)
 DISJOINT_COST = 1.3
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
