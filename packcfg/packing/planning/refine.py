@@ -17,7 +17,8 @@ the packs that are not exactly full (NOT_FULL_AGAIN).
 
 LB is the largest of ceil(sum / capacity), Martello and Toth's L2 and Fekete and Schepers' bound (dff_bound).
 Near-continuous lengths (DENSE_FRACTION) get the near pairs alone, or from DENSE_STAGE_MIN_ITEMS samples the
-whole stage where best fit is far over LB. The whole stage, nested stages included, spends at most one budget
+whole stage where best fit is far over LB; lengths that take most values (NEAR_PAIRS_LEAD_FRACTION), the near
+pairs before the exact try. The whole stage, nested stages included, spends at most one budget
 (`Effort`, EFFORT_PER_ITEM units a sample), charged by every part of it. The stage is deterministic: its budgets
 count work (DP cells, best fits, the exact kernel's pairs of lengths), not seconds, so the same input gives the
 same plan on any machine. It needs numba (pure Python would cost seconds) and is
