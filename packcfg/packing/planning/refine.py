@@ -235,9 +235,11 @@ def l2_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
 # 150k samples at 2k L2 + 16; k over 8 raised no bound measured (uniform, the few-distinct lengths at 2k).
 DFF_KS = tuple(range(1, 9))
 # the thresholds e it tries: 1 and the lengths present up to capacity / 2, at most this many of them (evenly
-# spread where there are more: any e gives a bound), so that it costs O(this x DFF_KS**2) whatever the input
-# (0.2-0.6 ms; uniform at 128k with 1M samples L2 + 65 against + 66 with all 65k of them)
-DFF_MAX_THRESHOLDS = 4096
+# spread where there are more: any e gives a bound), so that it costs O(this x DFF_KS**2) whatever the input:
+# 0.55-1.0 ms. With 4,096 it took 1.2-3.3 ms from 4k up (4,095 distinct at 32k with 150k samples: 3.3 ms cold,
+# where the argsort takes 13-17) for a bound at most 9 packs higher on the uniform rows (1M samples at 8k: L2 +
+# 65 against + 57, a margin of 50) and the same on the others measured
+DFF_MAX_THRESHOLDS = 1024
 
 
 def dff_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
@@ -321,7 +323,7 @@ def slot_bound(values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int
 def quick_lower_bound(present: np.ndarray, counts: np.ndarray, capacity: int, k_max: int) -> int:
     """The larger of L2 (present descending, as grouped_best_fit has it) and, with max_per_pack, the slot
     bound (at least the items over k_max): LB without Fekete and Schepers' bound, for the checks the stage
-    makes many times (_cannot_improve), where that bound's cost (0.3-2 ms a call) would add up."""
+    makes many times (_cannot_improve), where that bound's cost (0.5-1 ms a call) would add up."""
     ascending, ascending_counts = present[::-1], counts[::-1]
     lb = l2_bound(ascending, ascending_counts, capacity)
     if k_max >= int(counts.sum()):
