@@ -647,7 +647,7 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
                     t_only, _ = _best_of(lambda a=a, cap=cap: plan(a, cap, "bfd").order, 5)
                     before = plan(a, cap, "bfd").num_packs
                 lb = -(-int(a.sum()) // cap)
-                l2 = packs_lower_bound(a, cap)
+                bound = packs_lower_bound(a, cap)
                 ok = t_bfd <= 3 * t_sort or t_bfd < 0.010
                 rows.append(
                     [
@@ -661,11 +661,11 @@ def few_distinct_table(sizes: tuple[int, ...]) -> None:
                         f"{1e3 * t_only:.2f}",
                         f"{p.num_packs:,}",
                         f"{lb:,}",
-                        f"{l2:,}",
-                        f"{before - l2:+d}",
-                        f"{p.num_packs - l2:+d}",
+                        f"{bound:,}",
+                        f"{before - bound:+d}",
+                        f"{p.num_packs - bound:+d}",
                         "ok" if ok else "MISS",
-                        "ok" if p.num_packs <= l2 + max(5, l2 // 10_000) else "MISS",
+                        "ok" if p.num_packs <= bound + max(5, bound // 10_000) else "MISS",
                     ]
                 )
     print_table(header, rows)

@@ -278,10 +278,10 @@ def dff_bound(values: np.ndarray, counts: np.ndarray, capacity: int) -> int:
     whole = (j * capacity) % (k + 1) == 0
     x, kx = j[whole] * capacity // (k + 1)[whole], np.searchsorted(ks, k[whole])
     idx = np.minimum(np.searchsorted(v, x), len(v) - 1)
-    present = v[idx] == x
-    x, kx, idx = x[present], kx[present], idx[present]
-    inside = (lo[:, None] <= idx[None, :]) & (idx[None, :] < hi[:, None])
-    np.add.at(total.T, kx, -(inside * (x * c[idx])[None, :]).T)
+    occurs = v[idx] == x
+    x, kx, idx = x[occurs], kx[occurs], idx[occurs]
+    inside = (lo[:, None] <= idx[None, :]) & (idx[None, :] < hi[:, None])  # thresholds x those lengths
+    total -= (inside * (x * c[idx])[None, :]) @ (kx[:, None] == np.arange(len(ks))[None, :])
     return int((-(-total // (ks * capacity)[None, :])).max())
 
 
@@ -433,9 +433,10 @@ def refine(
         lb = lower_bound(present, counts, capacity, k_max, packs)
         goal = lb + margin(lb)
         stop = lb if len(a) >= STOP_AT_LB_ITEMS else goal
-        if whole and packs <= lb + DENSE_STAGE_MARGINS * margin(lb):
-            return packing  # near-continuous lengths, best fit near LB (DENSE_STAGE_MIN_ITEMS)
-        dense = dense and not whole
+        if whole:  # near-continuous lengths from DENSE_STAGE_MIN_ITEMS: the whole stage, unless near LB
+            if packs <= lb + DENSE_STAGE_MARGINS * margin(lb):
+                return packing
+            dense = False
     assert goal is not None and stop is not None
     if packs <= goal or not enabled():
         return packing
