@@ -311,6 +311,29 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, sample_sft, command, con
     assert not list(tmp_path.glob("*.parquet"))
 
 
+@pytest.mark.parametrize(
+    "command, args, needles",
+    [
+        # -o is an override, not an output path: the word is named, and pack's output flags are
+        ("pack", ["-o", "out.parquet"], ["'out.parquet' is not an override", "--parquet FILE or --out DIR"]),
+        ("pack", ["out.parquet"], ["'out.parquet' is not an override", "--parquet FILE"]),
+        ("analyze", ["-o", "out.json"], ["'out.json' is not an override (KEY=VALUE)"]),
+        # well-formed overrides (or -c) with a data file: named, with what they apply to
+        ("analyze", ["-o", "a=1", "-c", "x.yaml"], ["data.jsonl: -c x.yaml, a=1:", "not to a data file"]),
+        ("pack", ["seed=3"], ["data.jsonl: seed=3:", "not to a data file", "--capacity"]),
+    ],
+)
+def test_overrides_with_a_data_file_name_what_was_given(tmp_path, capsys, command, args, needles):
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"input_ids": [1, 2]}\n')
+    rc, _, err = run_cli(capsys, command, str(path), "--capacity", "8", *args)
+    assert_one_line_error(rc, err, *needles)
+    assert not list(tmp_path.glob("*.parquet")) and not (tmp_path / "out.parquet").exists()
+    if command == "pack":  # the same line from verify, for a packed file
+        rc, _, err = run_cli(capsys, "verify", str(path), *args)
+        assert_one_line_error(rc, err, *needles[:1] if "override" in needles[0] else ["not to a packed file"])
+
+
 def test_bad_parquet_column_types(tmp_path, capsys):
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"input_ids": ["a", "b"]}), path)

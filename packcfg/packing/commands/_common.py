@@ -62,6 +62,29 @@ def is_config(path: Path) -> bool:
     return path.suffix.lower() in CONFIG_SUFFIXES
 
 
+def reject_config_arguments(
+    args: argparse.Namespace, source: Path, what: str, output_flags: str | None = None
+) -> None:
+    """PackingError where -c files or overrides came with an input that is not an experiment YAML, naming
+    them; a word that is not KEY=VALUE (`-o out.parquet`) is told apart: -o is an override, not an output."""
+    from packcfg.core.overrides import looks_like_override
+    from packcfg.packing.errors import PackingError
+
+    stray = [w for w in args.overrides if not looks_like_override(str(w))]
+    if stray:
+        where = f"; the output is {output_flags}" if output_flags else ""
+        raise PackingError(
+            f"{stray[0]!r} is not an override (KEY=VALUE): -o/--set and the words after the input override an "
+            f"experiment YAML's settings{where}"
+        )
+    if args.config_files or args.overrides:
+        given = [f"-c {f}" for f in args.config_files] + [str(w) for w in args.overrides]
+        raise PackingError(
+            f"{source}: {', '.join(given)}: -c and overrides apply to an experiment YAML input, not to {what} "
+            "(use the command's flags, e.g. --capacity)"
+        )
+
+
 def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, dict[str, Any] | None]:
     """PackSettings (+ the loaded config, if any) from the arguments."""
     from packcfg.packing.api import PackSettings, settings_from_config
@@ -102,8 +125,9 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
             raise PackingError(str(exc)) from None
         settings = settings_from_config(config, None, **overrides)
         return _into_folder(settings, args), config
-    if args.config_files or args.overrides:
-        raise PackingError("-c and overrides apply to an experiment YAML input, not to a data file")
+    reject_config_arguments(
+        args, source, "a data file", "--parquet FILE or --out DIR" if need_output else None
+    )
     if args.capacity is None:
         raise PackingError(f"{source}: a data file needs --capacity N (the pack size in tokens)")
     if args.capacity <= 0:

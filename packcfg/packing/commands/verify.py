@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from packcfg.core.cli_args import add_merge_arguments
-from packcfg.packing.commands._common import CONFIG_SUFFIXES, run_guarded
+from packcfg.packing.commands._common import CONFIG_SUFFIXES, reject_config_arguments, run_guarded
 
 DESCRIPTION = (
     "Check a packed Parquet file: loss_mask as long as input_ids and label-aligned, seq_start_id from 0, "
@@ -59,8 +59,8 @@ def _run(args: argparse.Namespace) -> int:
         packed, metadata = settings.output, metadata or settings.metadata
         source = source or settings.source
         tokenizer = tokenizer or settings.tokenizer
-    elif args.config_files or args.overrides:
-        raise PackingError("-c and overrides apply to an experiment YAML, not to a packed file")
+    else:
+        reject_config_arguments(args, packed, "a packed file")
     if args.capacity is not None and args.capacity <= 0:
         raise PackingError(f"--capacity must be > 0, got {args.capacity}")
     if metadata is not None:
