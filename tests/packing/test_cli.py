@@ -321,6 +321,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, sample_sft, command, con
         # well-formed overrides (or -c) with a data file: named, with what they apply to
         ("analyze", ["-o", "a=1", "-c", "x.yaml"], ["data.jsonl: -c x.yaml, a=1:", "not to a data file"]),
         ("pack", ["seed=3"], ["data.jsonl: seed=3:", "not to a data file", "--capacity"]),
+        # a flag that stands for an override is named as typed
+        ("analyze", ["--recipe", "llama3_8b"], ["data.jsonl: --recipe llama3_8b:", "not to a data file"]),
     ],
 )
 def test_overrides_with_a_data_file_name_what_was_given(tmp_path, capsys, command, args, needles):

@@ -66,7 +66,8 @@ def reject_config_arguments(
     args: argparse.Namespace, source: Path, what: str, output_flags: str | None = None
 ) -> None:
     """PackingError where -c files or overrides came with an input that is not an experiment YAML, naming
-    them; a word that is not KEY=VALUE (`-o out.parquet`) is told apart: -o is an override, not an output."""
+    them as typed (`--recipe NAME`, not its override); a word that is not KEY=VALUE (`-o out.parquet`) is told
+    apart: -o is an override, not an output."""
     from packcfg.core.overrides import looks_like_override
     from packcfg.packing.errors import PackingError
 
@@ -78,7 +79,7 @@ def reject_config_arguments(
             f"experiment YAML's settings{where}"
         )
     if args.config_files or args.overrides:
-        given = [f"-c {f}" for f in args.config_files] + [str(w) for w in args.overrides]
+        given = [f"-c {f}" for f in args.config_files] + [getattr(w, "typed", str(w)) for w in args.overrides]
         raise PackingError(
             f"{source}: {', '.join(given)}: -c and overrides apply to an experiment YAML input, not to {what} "
             "(use the command's flags, e.g. --capacity)"
