@@ -336,6 +336,31 @@ def test_overrides_with_a_data_file_name_what_was_given(tmp_path, capsys, comman
         assert_one_line_error(rc, err, *needles[:1] if "override" in needles[0] else ["not to a packed file"])
 
 
+@pytest.mark.parametrize(
+    "command, needles, control",
+    [
+        ("pack", ["'out.parquet' is not an override", "--parquet FILE or --out DIR"], "> capacity 16"),
+        ("analyze", ["'out.parquet' is not an override (KEY=VALUE)"], "> capacity 16"),
+        ("verify", ["'out.parquet' is not an override (KEY=VALUE)"], "metadata.json: no such file"),
+    ],
+)
+def test_a_stray_word_with_an_experiment_yaml_names_the_output_flags(
+    tmp_path, monkeypatch, capsys, tiny_recipe, command, needles, control
+):
+    """`-o out.parquet` after a YAML: the word is named (as with a data file), pack's output flags with it, and
+    nothing is written; a well-formed override next to it does not hide it."""
+    monkeypatch.chdir(tmp_path)
+    size = "dataset.offline_packing_specs.packed_sequence_size=16"
+    before = sorted(tiny_recipe.parent.rglob("*"))
+    rc, _, err = run_cli(capsys, command, str(tiny_recipe), "-o", size, "-o", "out.parquet")
+    assert_one_line_error(rc, err, *needles)
+    assert not list(tmp_path.iterdir()) and sorted(tiny_recipe.parent.rglob("*")) == before
+    # the control: the same override alone is read and applied (the recipe's samples pass 16 tokens; verify
+    # goes on to look for the recipe's packed files, not made here)
+    rc, _, err = run_cli(capsys, command, str(tiny_recipe), "-o", size)
+    assert_one_line_error(rc, err, control)
+
+
 def test_bad_parquet_column_types(tmp_path, capsys):
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"input_ids": ["a", "b"]}), path)

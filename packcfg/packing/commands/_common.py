@@ -62,12 +62,9 @@ def is_config(path: Path) -> bool:
     return path.suffix.lower() in CONFIG_SUFFIXES
 
 
-def reject_config_arguments(
-    args: argparse.Namespace, source: Path, what: str, output_flags: str | None = None
-) -> None:
-    """PackingError where -c files or overrides came with an input that is not an experiment YAML, naming
-    them as typed (`--recipe NAME`, not its override); a word that is not KEY=VALUE (`-o out.parquet`) is told
-    apart: -o is an override, not an output."""
+def reject_stray_words(args: argparse.Namespace, output_flags: str | None) -> None:
+    """PackingError where a word after the input is not an override (`-o out.parquet`: -o is --set, not an
+    output), naming the command's output flags where it has them."""
     from packcfg.core.overrides import looks_like_override
     from packcfg.packing.errors import PackingError
 
@@ -78,6 +75,17 @@ def reject_config_arguments(
             f"{stray[0]!r} is not an override (KEY=VALUE): -o/--set and the words after the input override an "
             f"experiment YAML's settings{where}"
         )
+
+
+def reject_config_arguments(
+    args: argparse.Namespace, source: Path, what: str, output_flags: str | None = None
+) -> None:
+    """PackingError where -c files or overrides came with an input that is not an experiment YAML, naming
+    them as typed (`--recipe NAME`, not its override); a word that is not KEY=VALUE (`-o out.parquet`) is told
+    apart: -o is an override, not an output."""
+    from packcfg.packing.errors import PackingError
+
+    reject_stray_words(args, output_flags)
     if args.config_files or args.overrides:
         given = [f"-c {f}" for f in args.config_files] + [getattr(w, "typed", str(w)) for w in args.overrides]
         raise PackingError(
@@ -117,8 +125,11 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
         "split": args.split,
         "pairs": args.pairs,
     }
+    output_flags = "--parquet FILE or --out DIR" if need_output else None
     if is_config(source):
         from packcfg.core.config import ConfigError, load_config
+
+        reject_stray_words(args, output_flags)
 
         try:
             config = load_config([source, *args.config_files], args.overrides)
@@ -126,9 +137,7 @@ def resolve_settings(args: argparse.Namespace, need_output: bool) -> tuple[Any, 
             raise PackingError(str(exc)) from None
         settings = settings_from_config(config, None, **overrides)
         return _into_folder(settings, args), config
-    reject_config_arguments(
-        args, source, "a data file", "--parquet FILE or --out DIR" if need_output else None
-    )
+    reject_config_arguments(args, source, "a data file", output_flags)
     if args.capacity is None:
         raise PackingError(f"{source}: a data file needs --capacity N (the pack size in tokens)")
     if args.capacity <= 0:

@@ -7,7 +7,12 @@ import sys
 from pathlib import Path
 
 from packcfg.core.cli_args import add_merge_arguments
-from packcfg.packing.commands._common import CONFIG_SUFFIXES, reject_config_arguments, run_guarded
+from packcfg.packing.commands._common import (
+    CONFIG_SUFFIXES,
+    reject_config_arguments,
+    reject_stray_words,
+    run_guarded,
+)
 
 DESCRIPTION = (
     "Check a packed Parquet file: loss_mask as long as input_ids and label-aligned, seq_start_id from 0, "
@@ -52,6 +57,7 @@ def _run(args: argparse.Namespace) -> int:
         from packcfg.core.config import ConfigError, load_config
         from packcfg.packing.api import settings_from_config
 
+        reject_stray_words(args, None)
         try:
             settings = settings_from_config(load_config([packed, *args.config_files], args.overrides))
         except ConfigError as exc:
