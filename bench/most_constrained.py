@@ -11,13 +11,16 @@ room with short and middling samples and leave the 684-1,024-token samples (at 2
 an exact third (docs/packing.md, "Where the LP's plan puts the lengths"). This builds exact packs in another
 order, on the length histogram:
 
-1. For every length v left, count its exact completions by one or two other samples: a sample of capacity - v,
-   or a pair summing to it (the pair-sum counts are the histogram convolved with itself).
-2. Take the length with the fewest completions per sample of it (the most constrained, as in exact-cover
-   search), and complete it with the single sample if there is one, else with the pair whose rarer length
-   has the most samples left.
-3. Apply that exact pack to as many samples of v as `share` of the rarest of its lengths allows (at least
-   once), and go back to 1. A length with no completion left is set aside.
+1. Every exact pair first (a sample of x >= capacity / 2 with one of capacity - x).
+2. For every length v left, count its exact completions by one or two other samples: a sample of capacity - v,
+   or a pair summing to it (the pair-sum counts are the histogram convolved with itself), and order the lengths
+   by their completions per sample, fewest first (the most constrained, as in exact-cover search). The order is
+   computed once (until stop 53 it was recomputed after every pack, a pass over the lengths a pack; computed
+   once, the planner's plans are better on the whole: docs/packing.md, "The most constrained order computed
+   once").
+3. Drain each length in that order: complete it with the single sample if there is one, else with the pair
+   whose rarer length has the most samples left, apply that exact pack to as many samples as `share` of the
+   rarest of its lengths allows (at least once), and go on until the length has no sample or no completion left.
 
 What is set aside is planned by `packcfg.packing.planner.plan` (bfd with its refinement stage). Every pack
 of step 3 is exactly full, so the plan is valid and its packs are an upper bound on the optimum.
@@ -48,35 +51,43 @@ ROWS = ("64000:2048:600", "64000:2048:999", "100000:2048:600", "130000:2048:600"
 
 
 def exact_packs(counts: np.ndarray, capacity: int, share: float = 0.1) -> tuple[int, np.ndarray, int]:
-    """Most-constrained-first exact packs on `counts` (samples of each length 0..capacity): (packs, the counts
-    left, steps)."""
+    """The exact packs as the planner's kernel makes them, on `counts` (samples of each length 0..capacity):
+    every exact pair first, then the most constrained order, computed once, each length drained in it (its
+    packs until it has no sample or no completion left). Returns (packs, the counts left, patterns)."""
     cnt = counts.astype(np.int64).copy()
-    aside = np.zeros(capacity + 1, dtype=bool)
     packs = steps = 0
-    while True:
-        live = np.flatnonzero((cnt > 0) & ~aside)
-        if len(live) == 0:
-            return packs, cnt, steps
-        pair_sums = np.convolve(cnt, cnt)[: capacity + 1]  # ordered pairs by sum (an estimate: x + x counted)
-        room = capacity - live
-        options = pair_sums[room] + 2 * cnt[room]
-        v = int(live[np.argmin(options / cnt[live])])
-        fill = _completion(cnt, v, capacity)
-        if fill is None:
-            aside[v] = True
-            continue
-        need: dict[int, int] = {}
-        for length in (v, *fill):
-            need[length] = need.get(length, 0) + 1
-        assert sum(k * n for k, n in need.items()) == capacity
-        times = 0
-        limit = max(1, int(share * min(cnt[length] for length in need)))
-        while times < limit and all(cnt[length] >= n for length, n in need.items()):
+    # the exact pairs: x >= capacity / 2 with capacity - x
+    for x in range(capacity, (capacity - 1) // 2, -1):
+        y = capacity - x
+        times = cnt[x] if y == 0 else cnt[x] // 2 if y == x else min(cnt[x], cnt[y])
+        if times:
+            cnt[x] -= times * (2 if y == x and y else 1)
+            if y and y != x:
+                cnt[y] -= times
+            packs += int(times)
+            steps += 1
+    live = np.flatnonzero(cnt)
+    pair_sums = np.convolve(cnt, cnt)[: capacity + 1]  # ordered pairs by their sum
+    room = capacity - live
+    options = pair_sums[room] + 2 * cnt[room]
+    ok = (options > 0) | (room == 0)
+    live, options = live[ok], options[ok]
+    for v in live[np.argsort(options / cnt[live], kind="stable")].tolist():  # fewest per sample first
+        while cnt[v] > 0:
+            fill = _completion(cnt, v, capacity)
+            if fill is None:
+                break
+            need: dict[int, int] = {}
+            for length in (v, *fill):
+                need[length] = need.get(length, 0) + 1
+            assert sum(k * n for k, n in need.items()) == capacity
+            times = max(1, int(share * min(cnt[length] for length in need)))
+            times = min([times] + [int(cnt[length]) // n for length, n in need.items()])
             for length, n in need.items():
-                cnt[length] -= n
-            times += 1
-        packs += times
-        steps += 1
+                cnt[length] -= times * n
+            packs += times
+            steps += 1
+    return packs, cnt, steps
 
 
 def _completion(cnt: np.ndarray, v: int, capacity: int) -> tuple[int, ...] | None:

@@ -576,9 +576,10 @@ def real_corpora() -> dict[str, np.ndarray]:
 
 
 FEW_DISTINCT = (63, 300, 600, 999)  # 63 and 999: just under the planner's thresholds (64 and 1,000)
-# --ratio-only's few-distinct inputs: also 2,000 and 4,095 lengths (4,095: just under the exact try's
-# EXACT_MAX_DISTINCT), where the refinement stage took up to 95x an argsort before its effort budget
-RATIO_DISTINCT = (*FEW_DISTINCT, 2000, 4095)
+# --ratio-only's few-distinct inputs: also 2,000, 4,095 and 8,191 lengths (just under the exact try's
+# EXACT_MAX_DISTINCT: 4,096 until stop 53, 8,192 since; at 2k / 4k there are fewer values than that, and the
+# lengths take most of them), where the refinement stage took up to 95x an argsort before its effort budget
+RATIO_DISTINCT = (*FEW_DISTINCT, 2000, 4095, 8191)
 FEW_CAPACITIES = (2048, 8192, 32_768, 131_072)
 
 COLD = r"""

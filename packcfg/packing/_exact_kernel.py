@@ -14,21 +14,26 @@ samples, filled to within a slack of the capacity, again most constrained length
 or three samples, counted by the histogram convolved with itself once and twice); planning.refine runs it on the
 rest only where the plan of the exact packs and their rest misses the target.
 
-For every length left, count its exact completions by one or two other samples: a sample of capacity - v, or
-a pair summing to it (the pair-sum counts, the histogram convolved with itself, kept up to date as counts
-change: conv(c + d) = conv(c) + 2 conv(c, d) + conv(d, d)). Take the length with the fewest per sample of it
-(the most constrained, as in exact-cover search), complete it with the single sample if there is one, else
-with the pair whose rarer length has the most samples left, and apply that exactly full pack to as many samples
-as `share` of the rarest of its lengths allows (at least once). A length with no completion left is set aside
-for best fit. docs/packing.md, "The lead: most constrained first", has what this order does that best fit's
-does not; `bench/most_constrained.py` keeps the NumPy reference.
+After them, for every length left, count its exact completions by one or two other samples: a sample of
+capacity - v, or a pair summing to it (the pair-sum counts, the histogram convolved with itself), and order the
+lengths by their completions per sample, fewest first (the most constrained, as in exact-cover search; equal
+fractions keep the shorter length first). Then drain each length in that order: complete it with the single
+sample if there is one, else with the pair whose rarer length has the most samples left, apply that exactly
+full pack to as many samples as `share` of the rarest of its lengths allows (at least once), and go on until
+the length has no sample or no completion left; what is left goes to best fit. The order is computed once:
+until stop 53 the kernel recomputed it after every pack (the pair sums updated, every length scanned again: a
+pass over the lengths a pack, which was most of the stage's time with 2,000-4,095 distinct lengths), and took
+the pack's length only once before looking again. Computed once and drained, the exact packs cost the pair sums
+and a completion search a pack, and the plans are better on the whole (docs/packing.md, "The most constrained
+order computed once"). docs/packing.md, "The lead: most constrained first", has what this order does that best
+fit's does not; `bench/most_constrained.py` keeps the NumPy reference.
 
 With `disjoint`, a length's completions by two samples are counted as those that share no sample (over the
 pairs x + y of its room, min(cnt[x], cnt[y]); cnt[x] // 2 where x = y), not as products of counts: a length
 with thousands of samples may have millions of pairs that sum to its room and too few that share no sample to
 complete each of its samples once (64k samples of 800 distinct at 2k, seed 3: 1,510, with 4,501 samples, has
-1.75M ordered pairs and 4,208 that share none). The sums follow the counts exactly as packs are taken
-(`_update_disjoint`); planning.refine makes such packs once more where the plan is still over its target.
+1.75M ordered pairs and 4,208 that share none). planning.refine makes such packs once more where the
+plan is still over its target.
 
 With `tolerance` t > 0 a completion may leave up to t tokens of slack: a length's completions are counted over
 capacity - v - s for s in 0..t, and it is completed at the least s that has one (exact where it can be);
@@ -37,44 +42,35 @@ inputs pair long samples with one other at a token or two of slack). The counts 
 comparison's range: every ordered pair sums to one room, so a length's completions over all its rooms are at
 most N**2 + 2 N + 1, as with t = 0.
 
-Two kernels make these packs, pattern for pattern the same. `_exact` keeps the lengths with samples left in a
-compacted list and reads the pair-sum counts through tables by length: each pack costs a few passes over the
-lengths left, whose reads jump about those tables (1-3 ns a length). `_exact_rooms` keeps every array by
-length or by room (capacity - length): a length's completions are kept for its room and updated for a pack of
-lengths l by adding the counts at room - l, shifted copies of one array; the most constrained length is found
-in passes that key each room by its completions x 1 / its samples (a float within 2.1 epsilons of the
-fraction), take the least key (floats >= 0 order as their bits do) and the last room within 2**-48 of it; where
-several are that near, their fractions settle it, as `_exact` compares. Those passes run over capacity + 1 slots
-in contiguous memory and vectorise (0.05-0.19 ns a slot each), so they cost less than `_exact`'s where the
-capacity spans a few times the lengths (ROOMS_MAX_SPAN), and more at long context with few lengths.
+The pair sums are counted in one of two ways, the same sums either way (so the same packs): by room, a pass
+over contiguous slices of the counts for every length with samples (they vectorise, about capacity x lengths
+steps), or by pairs of lengths with samples (lengths**2 / 2 scattered writes), the cheaper where the capacity
+spans more than ROOMS_MAX_SPAN times the lengths.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from packcfg.packing._refine_kernel import HAVE_NUMBA, compiled, inlined
+from packcfg.packing._refine_kernel import compiled, inlined
 
-if HAVE_NUMBA:
-    import numba as _nb
-
-    # a float division by 0 gives inf rather than raising: no check in the loop, so that it vectorises
-    _compiled_numpy_errors = _nb.njit(cache=True, nogil=True, error_model="numpy")
-else:  # pragma: no cover
-    _compiled_numpy_errors = compiled
-
-# Under this many samples the kernel compares completions per sample as integer cross products, exact and a
-# quarter faster than dividing (1M samples of 999 distinct at 2k: 3.4 -> 2.5 ms, the same packs on 120 inputs):
-# a length has at most N**2 pair completions and N samples, so no product passes N**3 < 2**63. From it, floats.
+# Under this many samples the kernel settles lengths whose completions per sample round to the same float by
+# their fractions, compared as integer cross products (a length has at most N**2 pair completions and N samples,
+# so no product passes N**3 < 2**63); from it, such ties go to the shorter length.
 EXACT_COMPARE_MAX_ITEMS = 1 << 21
 # the near-exact packs (_near) count completions by three samples in int64 (up to N**3, and 3 N**3 while they
 # are updated): they run on what the exact packs leave only under this many samples
 NEAR_MAX_ITEMS = 1 << 20
-# `_exact_rooms` (every array by length or room, contiguous passes that vectorise) where the capacity spans at
-# most this many times the distinct lengths; `_exact` (the lengths compacted, read through tables by length)
-# above. The same patterns either way; measured at 2k-32k with 600-4,095 distinct (docs/packing.md, "The exact
-# kernel by room"): by room 0.3-0.8x the time up to a span of 5.5, about 1x at 6-7.5, 1.3-1.6x at 8-10.
+# The pair sums by room (contiguous passes that vectorise) where the capacity spans at most this many times the
+# distinct lengths, by pairs of lengths above. The same sums either way; the exact kernel on 30k samples
+# (stop 53): by room 0.7-0.9x the time at a span of 1.4-4.1, 1.2x at 8, 1.8-2.9x at 16-32.
 ROOMS_MAX_SPAN = 6
+# how the exact kernel counts the pair sums (`_sums_by`): in it by room or by pairs of lengths, or given (FFT)
+SUMS_BY_ROOM, SUMS_BY_LENGTH, SUMS_GIVEN = 0, 1, 2
+# the costs `_sums_by` weighs (ns, this machine): a point of the FFT's size (rfft, irfft and rounding: 13 at 2**15,
+# 33 at 2**17-2**19), a pair of lengths counted in the kernel (1.4)
+FFT_NS_A_POINT = 30
+PAIR_NS = 1.4
 
 
 @compiled
@@ -178,55 +174,12 @@ def _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, en
     return n_ent
 
 
-@inlined
-def _most_constrained(nz, m_nz, cnt, aside, pair_sums, single, capacity, exact_compare, tolerance, tolerant):  # type: ignore[no-untyped-def]
-    """The length with the fewest completions per sample (the first minimum, ascending), or -1, and how many
-    lengths have samples left: nz[:m_nz] is compacted to them as it goes. A length with no completion is set
-    aside. pair_sums[t]: t's completions by two samples (ordered products of counts, or those that share no
-    sample); `single`: what one sample of t counts (2 and 1 with them). `tolerant` (a constant at each call site,
-    inlined): count completions leaving 1..tolerance tokens."""
-    v = -1
-    best_num = 0  # the fewest completions per sample so far: best_num / best_den (= best)
-    best_den = 1
-    best = 0.0
-    k = 0
-    for i in range(m_nz):
-        u = nz[i]
-        if cnt[u] == 0:
-            continue
-        nz[k] = u
-        k += 1
-        if aside[u]:
-            continue
-        room = capacity - u
-        num = pair_sums[room] + single * cnt[room]
-        if tolerant:
-            for s in range(1, min(tolerance, room) + 1):  # completions leaving s tokens (room - s >= 0)
-                num += pair_sums[room - s] + single * cnt[room - s] + (1 if s == room else 0)
-        if num == 0 and room > 0:
-            # no completion: such a length is the minimum (0) before any other is taken, and set aside
-            # then; counts only fall, so it is set aside now, in one scan rather than one each
-            aside[u] = True
-            continue
-        if v < 0:
-            fewer = True
-        elif exact_compare:  # num / cnt[u] < best_num / best_den in integers (EXACT_COMPARE_MAX_ITEMS)
-            fewer = num * best_den < best_num * cnt[u]
-        else:
-            fewer = num / cnt[u] < best
-        if fewer:
-            best_num = num
-            best_den = cnt[u]
-            best = num / best_den
-            v = u
-    return v, k
-
-
 @compiled
-def _completion(cnt, nz, m_nz, room):  # type: ignore[no-untyped-def]
+def _completion(cnt, has, nz, m_nz, room):  # type: ignore[no-untyped-def]
     """A completion of `room` tokens: (-2, -1) where room is 0 (the sample fills its pack alone), (y, -1) for a
     single sample of it, (x, y) for the pair x + y = room whose rarer length has the most samples left (x
-    smallest among equals), (-1, -1) for none."""
+    smallest among equals), (-1, -1) for none. nz[:m_nz]: the lengths that may have samples, ascending; has[y]:
+    whether y has samples (a byte a length, so that the reads about it stay in cache at long context)."""
     if room == 0:
         return -2, -1
     if cnt[room] > 0:
@@ -239,7 +192,7 @@ def _completion(cnt, nz, m_nz, room):  # type: ignore[no-untyped-def]
         if 2 * x > room:
             break
         y = room - x
-        if cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
+        if has[y] and cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
             most = min(cnt[x], cnt[y])
             f0 = x
             f1 = y
@@ -247,169 +200,16 @@ def _completion(cnt, nz, m_nz, room):  # type: ignore[no-untyped-def]
 
 
 @inlined
-def _update_disjoint(cnt, sums, nz, m_nz, lengths, per_pack, m, times, olds, news):  # type: ignore[no-untyped-def]
-    """A pack of lengths[:m] (per_pack[:m] samples each) applied `times` times: the counts fall, and sums[t], the
-    completions of t that share no sample (over the unordered pairs x + y = t, min(cnt[x], cnt[y]); cnt[x] // 2
-    where x = y), follow them. One pass over the lengths for every length of the pack, each pair with a length
-    y counted at y's old count, then the pairs within the pack set right."""
-    for i in range(m):
-        olds[i] = cnt[lengths[i]]
-        news[i] = olds[i] - times * per_pack[i]
-    for j in range(m_nz):
-        y = nz[j]
-        c = cnt[y]
-        for i in range(m):
-            sums[lengths[i] + y] += min(news[i], c) - min(olds[i], c)
-    for i in range(m):
-        li = lengths[i]
-        # y = li itself was counted as a pair of two samples at min(new, old) - old
-        sums[2 * li] += news[i] // 2 - olds[i] // 2 - (news[i] - olds[i])
-        for j in range(i + 1, m):
-            lj = lengths[j]
-            counted = (min(news[i], olds[j]) - min(olds[i], olds[j])) + (
-                min(news[j], olds[i]) - min(olds[j], olds[i])
-            )
-            sums[li + lj] += min(news[i], news[j]) - min(olds[i], olds[j]) - counted
-    for i in range(m):
-        cnt[lengths[i]] = news[i]
-
-
-@compiled
-def _exact(
-    present,
-    counts,
-    capacity,
-    share,
-    exact_compare,
-    pairs_first,
-    tolerance,
-    disjoint,
-    pat_k,
-    pat_end,
-    ent_g,
-    ent_n,
-):  # type: ignore[no-untyped-def]
+def _pair_sums_by_room(cnt, capacity, disjoint, pair_sums):  # type: ignore[no-untyped-def]
+    """pair_sums[t] for t <= capacity, in passes over contiguous slices (one a length with samples, each
+    vectorises): the ordered products of counts over x + y = t, or (`disjoint`) the pairs that share no
+    sample, min(cnt[x], cnt[y]) an unordered pair and cnt[x] // 2 for x + x."""
     n = capacity + 1
-    cnt = np.zeros(n, np.int64)
-    group = _histogram(present, counts, cnt)
-    n_pat, n_ent, packs = 0, 0, 0
-    if pairs_first:  # every exact pair first: some best plan holds them all (the module's docstring)
-        n_pat, n_ent, packs = _pairs_first(present, cnt, group, capacity, pat_k, pat_end, ent_g, ent_n)
-    aside = np.zeros(n, np.bool_)
-    # lengths with samples left, ascending (compacted as they run out)
-    nz = np.empty(present.shape[0], np.int64)
-    m_nz = 0
-    for length in range(n):
-        if cnt[length] > 0:
-            nz[m_nz] = length
-            m_nz += 1
-    pair_sums = np.zeros(2 * n, np.int64)
-    # a room's completions by two samples: ordered products of counts, or (`disjoint`) those that share no
-    # sample, min(cnt[x], cnt[y]) an unordered pair and cnt[x] // 2 for x + x; by one: `single` a sample
-    if disjoint:
-        single = 1
-        for i in range(m_nz):
-            x = nz[i]
-            pair_sums[2 * x] += cnt[x] // 2
-            for j in range(i + 1, m_nz):
-                pair_sums[x + nz[j]] += min(cnt[x], cnt[nz[j]])
-    else:
-        single = 2
-        # ordered pairs: each unordered one twice, i with itself once (half the products)
-        for i in range(m_nz):
-            x = nz[i]
-            c = cnt[x]
-            pair_sums[2 * x] += c * c
-            for j in range(i + 1, m_nz):
-                pair_sums[x + nz[j]] += 2 * c * cnt[nz[j]]
-    lengths = np.zeros(4, np.int64)
-    per_pack = np.zeros(4, np.int64)
-    delta = np.zeros(4, np.int64)
-    olds = np.zeros(4, np.int64)
-    news = np.zeros(4, np.int64)
-    while True:
-        # the scan, with the tolerance's rooms compiled in or out (a constant at each call: a branch in the
-        # loop cost the exact ways 5-10%)
-        if tolerance:
-            v, m_nz = _most_constrained(
-                nz, m_nz, cnt, aside, pair_sums, single, capacity, exact_compare, tolerance, True
-            )
-        else:
-            v, m_nz = _most_constrained(
-                nz, m_nz, cnt, aside, pair_sums, single, capacity, exact_compare, 0, False
-            )
-        if v < 0 or n_pat == pat_k.shape[0]:
-            return n_pat, n_ent, packs
-        cnt[v] -= 1
-        f0, f1 = _completion(cnt, nz, m_nz, capacity - v)
-        s = 0
-        while f0 == -1 and s < min(tolerance, capacity - v):  # the least slack s with a completion
-            s += 1
-            f0, f1 = _completion(cnt, nz, m_nz, capacity - v - s)
-        cnt[v] += 1
-        if f0 == -1:
-            aside[v] = True
+    for x in range(n):
+        c = cnt[x]
+        if c == 0:
             continue
-        m = _pack_of(lengths, per_pack, v, f0, f1, -1)
-        times = _times(cnt, lengths, per_pack, m, share)
         if disjoint:
-            _update_disjoint(cnt, pair_sums, nz, m_nz, lengths, per_pack, m, times, olds, news)
-        else:
-            for i in range(m):  # what a pair with one sample of the rest loses, per sample
-                delta[i] = -2 * times * per_pack[i]
-            for j in range(m_nz):  # one pass for the pack's lengths (a count of 0 adds nothing)
-                y = nz[j]
-                c = cnt[y]
-                for i in range(m):
-                    pair_sums[lengths[i] + y] += delta[i] * c
-            for i in range(m):
-                for j in range(m):
-                    pair_sums[lengths[i] + lengths[j]] += times * per_pack[i] * times * per_pack[j]
-            for i in range(m):
-                cnt[lengths[i]] -= times * per_pack[i]
-        n_ent = _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n)
-        n_pat += 1
-        packs += times
-
-
-@_compiled_numpy_errors
-def _exact_rooms(
-    present,
-    counts,
-    capacity,
-    share,
-    exact_compare,
-    pairs_first,
-    tolerance,
-    disjoint,
-    pat_k,
-    pat_end,
-    ent_g,
-    ent_n,
-):  # type: ignore[no-untyped-def]
-    """`_exact` with every array indexed by length or room, so that its passes run over contiguous memory
-    (and vectorise): the same patterns, in a time that follows the capacity rather than the lengths."""
-    n = capacity + 1
-    t1 = tolerance + 1
-    pad = capacity + t1
-    cntp = np.zeros(pad + n, np.int64)  # cntp[pad + x]: the samples of length x (0 below 0)
-    cnt = cntp[pad:]
-    group = _histogram(present, counts, cnt)
-    n_pat, n_ent, packs = 0, 0, 0
-    if pairs_first:  # every exact pair first: some best plan holds them all (the module's docstring)
-        n_pat, n_ent, packs = _pairs_first(present, cnt, group, capacity, pat_k, pat_end, ent_g, ent_n)
-    # by room r = capacity - u: the samples of u (below: its completions num, whether it is set aside, 1 / its
-    # samples inv; pair_sums by the sum of a pair, which is the room it completes)
-    by_room = np.empty(n, np.int64)
-    for r in range(n):
-        by_room[r] = cnt[capacity - r]
-    pair_sums = np.zeros(n, np.int64)  # completions by two samples, by their sum (up to the capacity)
-    if disjoint:
-        single = 1
-        for x in range(n):
-            c = cnt[x]
-            if c == 0:
-                continue
             if 2 * x <= capacity:
                 pair_sums[2 * x] += c // 2
             if 2 * x + 1 <= capacity:  # x + y for y over x + 1..capacity - x
@@ -417,197 +217,145 @@ def _exact_rooms(
                 src = cnt[x + 1 : n - x]
                 for j in range(src.shape[0]):
                     dst[j] += min(c, src[j])
-    else:
-        single = 2
-        for x in range(n):
-            c = cnt[x]
-            if c == 0:
-                continue
+        else:
             dst = pair_sums[x:]
             src = cnt[: n - x]
             for j in range(src.shape[0]):
                 dst[j] += c * src[j]
-    num = np.zeros(n, np.int64)
-    for r in range(n):
-        for s in range(min(tolerance, r) + 1):
-            num[r] += pair_sums[r - s] + single * cnt[r - s] + (1 if s == r and s > 0 else 0)
-    aside = np.zeros(n, np.uint8)  # set aside where no completion was found (or none is left: num 0)
-    key = np.empty(n, np.float64)
-    key_bits = key.view(np.int64)  # keys are >= 0 (or inf): as integers they order alike
-    inf = np.inf
-    no_key = np.array([inf]).view(np.int64)[0]
-    one = np.zeros(1, np.float64)  # a float and its bits
-    one_bits = one.view(np.int64)
-    # 1 / samples by room (inf for none): a key is completions x this, within 2.1 float epsilons of the fraction
-    inv = np.empty(n, np.float64)
-    for r in range(n):
-        inv[r] = 1.0 / by_room[r] if by_room[r] > 0 else inf
-    lo = 0  # the rooms of lengths with samples left, not set aside, lie in lo..hi
-    hi = capacity
-    lengths = np.zeros(4, np.int64)
-    per_pack = np.zeros(4, np.int64)
-    olds = np.zeros(4, np.int64)
-    news = np.zeros(4, np.int64)
-    while True:
-        while lo <= hi and (by_room[lo] == 0 or aside[lo] != 0 or (num[lo] == 0 and lo > 0)):
-            lo += 1
-        while hi >= lo and (by_room[hi] == 0 or aside[hi] != 0 or (num[hi] == 0 and hi > 0)):
-            hi -= 1
-        if lo > hi or n_pat == pat_k.shape[0]:
-            return n_pat, n_ent, packs
-        # the scan: each length's completions per sample (inf where it has no sample, no completion or is set
-        # aside), their least, and the last room (first length) within a few float epsilons of it: by
-        # multiplying by 1 / samples, each key is within 2.1 epsilons of its fraction, so the least fraction is
-        # among those; where there are several, the fractions settle it, as `_exact` compares
-        kv = key[lo : hi + 1]
-        cv = by_room[lo : hi + 1]
-        xv = num[lo : hi + 1]
-        av = aside[lo : hi + 1]
-        iw = inv[lo : hi + 1]
-        for j in range(kv.shape[0]):
-            c = cv[j]
-            x = xv[j]
-            q = np.float64(x) * iw[j]
-            kv[j] = inf if (av[j] != 0) | (c == 0) | ((x == 0) & (lo + j > 0)) else q
-        kb = key_bits[lo : hi + 1]
-        least = no_key
-        for j in range(kb.shape[0]):
-            least = min(least, kb[j])
-        if least == no_key:
-            return n_pat, n_ent, packs
-        one_bits[0] = least
-        one[0] = one[0] * (1.0 + 2.0**-48)
-        near = one_bits[0]
-        ties = 0
-        last = -1  # the last room (first length) near the least
-        for j in range(kb.shape[0]):
-            tie = kb[j] <= near
-            ties += tie
-            last = max(last, j if tie else -1)
-        iv = lo + last
-        if ties > 1:  # the least fraction among them, the first length first (in integers, or by dividing)
-            best_num = num[iv]
-            best_den = by_room[iv]
-            best = best_num / best_den
-            for r in range(iv - 1, lo - 1, -1):
-                if key_bits[r] <= near:
-                    if exact_compare:
-                        fewer = num[r] * best_den < best_num * by_room[r]
-                    else:
-                        fewer = num[r] / by_room[r] < best
-                    if fewer:
-                        iv = r
-                        best_num = num[r]
-                        best_den = by_room[r]
-                        best = best_num / best_den
-        v = capacity - iv
-        cnt[v] -= 1
-        by_room[iv] -= 1
-        f0, f1 = _room_completion(cnt, by_room, capacity, iv)
-        s = 0
-        while f0 == -1 and s < min(tolerance, iv):  # the least slack s with a completion
-            s += 1
-            f0, f1 = _room_completion(cnt, by_room, capacity, iv - s)
-        cnt[v] += 1
-        by_room[iv] += 1
-        if f0 == -1:
-            aside[iv] = 1
-            continue
-        m = _pack_of(lengths, per_pack, v, f0, f1, -1)
-        times = _times(cnt, lengths, per_pack, m, share)
-        for i in range(m):
-            olds[i] = cnt[lengths[i]]
-            news[i] = olds[i] - times * per_pack[i]
-        # the completions follow the counts (read at the old counts): over the rooms r of the lengths left, the
-        # pairs of a pack's length l with a sample of r - s - l
-        for i in range(m, 3):  # a pack of fewer lengths: the others change nothing
-            lengths[i] = 0
-            olds[i] = 0
-            news[i] = 0
-        for s in range(t1):  # one pass over the rooms for each slack, the pack's (up to 3) lengths in it
-            dst = num[lo : hi + 1]
-            src0 = cntp[pad + lo - s - lengths[0] : pad + hi + 1 - s - lengths[0]]
-            src1 = cntp[pad + lo - s - lengths[1] : pad + hi + 1 - s - lengths[1]]
-            src2 = cntp[pad + lo - s - lengths[2] : pad + hi + 1 - s - lengths[2]]
-            if disjoint:
-                o0, o1, o2 = olds[0], olds[1], olds[2]
-                w0, w1, w2 = news[0], news[1], news[2]
-                for j in range(dst.shape[0]):
-                    c0 = src0[j]
-                    c1 = src1[j]
-                    c2 = src2[j]
-                    dst[j] += (
-                        (min(w0, c0) - min(o0, c0))
-                        + (min(w1, c1) - min(o1, c1))
-                        + (min(w2, c2) - min(o2, c2))
-                    )
-            else:
-                d0, d1, d2 = 2 * (news[0] - olds[0]), 2 * (news[1] - olds[1]), 2 * (news[2] - olds[2])
-                for j in range(dst.shape[0]):
-                    dst[j] += d0 * src0[j] + d1 * src1[j] + d2 * src2[j]
-        # then at single sums: the pairs within the pack set right, and the pack's lengths as single samples
-        for i in range(m):
-            li = lengths[i]
-            _add_rooms(num, li, t1, single * (news[i] - olds[i]))
-            if disjoint:
-                # y = li itself was counted as a pair of two samples at min(new, old) - old
-                _add_rooms(num, 2 * li, t1, news[i] // 2 - olds[i] // 2 - (news[i] - olds[i]))
-                for j in range(i + 1, m):
-                    lj = lengths[j]
-                    counted = (min(news[i], olds[j]) - min(olds[i], olds[j])) + (
-                        min(news[j], olds[i]) - min(olds[j], olds[i])
-                    )
-                    _add_rooms(num, li + lj, t1, min(news[i], news[j]) - min(olds[i], olds[j]) - counted)
-            else:
-                for j in range(m):
-                    _add_rooms(num, li + lengths[j], t1, times * per_pack[i] * times * per_pack[j])
-        for i in range(m):
-            cnt[lengths[i]] = news[i]
-            by_room[capacity - lengths[i]] = news[i]
-            inv[capacity - lengths[i]] = 1.0 / news[i] if news[i] > 0 else inf
-        n_ent = _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n)
-        n_pat += 1
-        packs += times
 
 
 @inlined
-def _add_rooms(num, total, t1, amount):  # type: ignore[no-untyped-def]
-    """A change of `amount` in the completions that sum to `total`, in num[r] for every room r that counts
-    them (r = total + s, s < t1)."""
-    for s in range(t1):
-        r = total + s
-        if r < num.shape[0]:
-            num[r] += amount
+def _pair_sums_by_length(cnt, nz, m_nz, capacity, disjoint, pair_sums):  # type: ignore[no-untyped-def]
+    """pair_sums as `_pair_sums_by_room` gives them, over the pairs of lengths with samples (nz[:m_nz],
+    ascending): fewer steps where the capacity spans many times the lengths, each a write at a rising index.
+    The loops over the pairs run separately for either count (a branch in them kept them from vectorising)."""
+    cz = np.empty(m_nz, np.int64)  # cz[j] = cnt[nz[j]]: read in order
+    for j in range(m_nz):
+        cz[j] = cnt[nz[j]]
+    for i in range(m_nz):
+        x = nz[i]
+        c = cz[i]
+        if 2 * x > capacity:
+            break
+        pair_sums[2 * x] += c // 2 if disjoint else c * c
+        end = i + 1  # the pairs (x, y) with x < y and x + y <= capacity: nz[i + 1:end]
+        while end < m_nz and x + nz[end] <= capacity:
+            end += 1
+        if disjoint:
+            for j in range(i + 1, end):
+                pair_sums[x + nz[j]] += min(c, cz[j])
+        else:
+            for j in range(i + 1, end):
+                pair_sums[x + nz[j]] += 2 * c * cz[j]
 
 
 @compiled
-def _room_completion(cnt, by_room, capacity, room):  # type: ignore[no-untyped-def]
-    """`_completion` over the lengths 1..room // 2 (by_room[capacity - y] = cnt[y], read forward): two passes
-    over views that start at 0, which vectorise (the most samples of a pair's rarer length, then the first x
-    that has it)."""
-    if room == 0:
-        return -2, -1
-    if cnt[room] > 0:
-        return room, -1
-    half = room // 2
-    top = (room - 1) // 2  # x < y = room - x, x from 1
-    xs = cnt[1 : top + 1]
-    ys = by_room[capacity - room + 1 : capacity - room + top + 1]
-    most = 0
-    for j in range(xs.shape[0]):
-        most = max(most, min(xs[j], ys[j]))
-    f0 = -1
-    f1 = -1
-    if most > 0:
-        first = top
-        for j in range(xs.shape[0]):
-            first = min(first, j if min(xs[j], ys[j]) == most else top)
-        f0 = first + 1
-        f1 = room - f0
-    if 2 * half == room and cnt[half] > 1 and cnt[half] > most:  # x = y = room / 2, last (as in _completion)
-        f0 = half
-        f1 = half
-    return f0, f1
+def _exact_start(present, counts, capacity, pairs_first, pat_k, pat_end, ent_g, ent_n):  # type: ignore[no-untyped-def]
+    """The histogram cnt by length and group (each length's index in `present`), and with `pairs_first` every
+    exact pair taken from it: (cnt, group, n_pat, n_ent, packs)."""
+    cnt = np.zeros(capacity + 1, np.int64)
+    group = _histogram(present, counts, cnt)
+    n_pat, n_ent, packs = 0, 0, 0
+    if pairs_first:  # every exact pair first: some best plan holds them all (the module's docstring)
+        n_pat, n_ent, packs = _pairs_first(present, cnt, group, capacity, pat_k, pat_end, ent_g, ent_n)
+    return cnt, group, n_pat, n_ent, packs
+
+
+@compiled
+def _exact(
+    cnt,
+    group,
+    capacity,
+    share,
+    exact_compare,
+    tolerance,
+    disjoint,
+    sums_by,
+    pair_sums,
+    n_pat,
+    n_ent,
+    packs,
+    pat_k,
+    pat_end,
+    ent_g,
+    ent_n,
+):  # type: ignore[no-untyped-def]
+    """The exact packs after the pairs (`_exact_start`), in the most constrained order; `pair_sums` counted here
+    by room (sums_by SUMS_BY_ROOM) or by pairs of lengths (SUMS_BY_LENGTH), or given (SUMS_GIVEN)."""
+    n = capacity + 1
+    nz = np.empty(np.count_nonzero(cnt), np.int64)  # the lengths with samples left, ascending
+    m_nz = 0
+    for length in range(n):
+        if cnt[length] > 0:
+            nz[m_nz] = length
+            m_nz += 1
+    if sums_by == SUMS_BY_ROOM:
+        _pair_sums_by_room(cnt, capacity, disjoint, pair_sums)
+    elif sums_by == SUMS_BY_LENGTH:
+        _pair_sums_by_length(cnt, nz, m_nz, capacity, disjoint, pair_sums)
+    single = 1 if disjoint else 2  # what one sample of the room counts (an ordered pair counts each way)
+    # every length's completions (within `tolerance` tokens of slack) and the order: fewest per sample first
+    nums = np.zeros(m_nz, np.int64)
+    keys = np.empty(m_nz, np.float64)
+    for i in range(m_nz):
+        u = nz[i]
+        room = capacity - u
+        for s in range(min(tolerance, room) + 1):
+            nums[i] += pair_sums[room - s] + single * cnt[room - s] + (1 if s == room and s > 0 else 0)
+        keys[i] = nums[i] / cnt[u] if (nums[i] > 0 or room == 0) else np.inf
+    order = np.argsort(keys, kind="mergesort")  # stable: the first length, ascending, among equal keys
+    if exact_compare:  # floats that round alike settle by their fractions (an insertion pass; near-sorted)
+        for a in range(1, m_nz):
+            j = a
+            while j > 0:
+                p, q = order[j - 1], order[j]
+                if keys[p] != keys[q] or keys[p] == np.inf:
+                    break
+                if nums[q] * cnt[nz[p]] >= nums[p] * cnt[nz[q]]:
+                    break  # in order (equal fractions keep the first length first)
+                order[j - 1], order[j] = q, p
+                j -= 1
+    lengths = np.zeros(4, np.int64)
+    per_pack = np.zeros(4, np.int64)
+    by_order = nz[order]  # the lengths in the order (nz is compacted below as lengths run out)
+    has = cnt > 0
+    run_out = 0  # lengths run out since nz was last compacted
+    for k in range(by_order.shape[0]):
+        i = order[k]
+        if keys[i] == np.inf:
+            break  # no completion left for this length, nor for any after it
+        v = by_order[k]
+        while cnt[v] > 0:  # this length's exact packs, as long as it has samples and completions
+            if n_pat == pat_k.shape[0]:
+                return n_pat, n_ent, packs
+            cnt[v] -= 1
+            f0, f1 = _completion(cnt, has, nz, m_nz, capacity - v)
+            s = 0
+            while f0 == -1 and s < min(tolerance, capacity - v):  # the least slack s with a completion
+                s += 1
+                f0, f1 = _completion(cnt, has, nz, m_nz, capacity - v - s)
+            cnt[v] += 1
+            if f0 == -1:
+                break
+            m = _pack_of(lengths, per_pack, v, f0, f1, -1)
+            times = _times(cnt, lengths, per_pack, m, share)
+            for j in range(m):
+                cnt[lengths[j]] -= times * per_pack[j]
+                if cnt[lengths[j]] == 0 and has[lengths[j]]:
+                    has[lengths[j]] = False
+                    run_out += 1
+            n_ent = _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n)
+            n_pat += 1
+            packs += times
+            if 4 * run_out > m_nz:  # the completion search goes over nz: drop the lengths that ran out
+                kept = 0
+                for j in range(m_nz):
+                    if cnt[nz[j]] > 0:
+                        nz[kept] = nz[j]
+                        kept += 1
+                m_nz = kept
+                run_out = 0
+    return n_pat, n_ent, packs
 
 
 @compiled
@@ -887,6 +635,32 @@ def packs_bound(present: np.ndarray, counts: np.ndarray, capacity: int, enough: 
     return int(_packs_bound(values, counts, big, int(capacity), int(enough)))
 
 
+def _sums_by(capacity: int, lengths: int, samples: int, disjoint: bool) -> str:
+    """The cheapest way to count the pair sums of `lengths` distinct lengths (measured, stop 53): a convolution
+    by FFT (about FFT_NS_A_POINT a point of its size) where they are products of counts and under
+    EXACT_COMPARE_MAX_ITEMS samples (so that its floats round to the exact sums), else by room where the
+    capacity spans at most ROOMS_MAX_SPAN times the lengths, else by pairs of lengths (PAIR_NS a pair)."""
+    size = 1 << (2 * capacity).bit_length()
+    if (
+        not disjoint
+        and samples < EXACT_COMPARE_MAX_ITEMS
+        and FFT_NS_A_POINT * size < PAIR_NS * lengths**2 / 2
+    ):
+        return "fft"
+    return "room" if capacity + 1 <= ROOMS_MAX_SPAN * lengths else "length"
+
+
+def _pair_sums_by_fft(cnt: np.ndarray) -> np.ndarray:
+    """The ordered products of counts over x + y = t, t up to the capacity: the counts convolved with
+    themselves, by FFT (zero-padded past twice the capacity, so that no sum wraps), rounded to integers. Exact
+    where the sums are under about 2**40 (under EXACT_COMPARE_MAX_ITEMS samples: N**2 < 2**42, an error of
+    about N**2 x 1e-15 x log of the size)."""
+    n = cnt.shape[0]
+    size = 1 << (2 * (n - 1)).bit_length()
+    f = np.fft.rfft(cnt.astype(np.float64), size)
+    return np.rint(np.fft.irfft(f * f, size)[:n]).astype(np.int64)
+
+
 def exact_patterns(
     present: np.ndarray,
     counts: np.ndarray,
@@ -896,34 +670,52 @@ def exact_patterns(
     pairs_first: bool = True,
     tolerance: int = 0,
     disjoint: bool = False,
-    by_room: bool | None = None,
+    sums: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The exact packs on the histogram (present: distinct lengths, each <= capacity; counts: samples of
     each), at most `max_patterns` patterns: (pat_k, pat_end, ent_g, ent_n, left, packs) in the form
     `_refine_kernel.patterns` gives them (ent_g indexes `present`), left: the samples of each length left.
     `pairs_first`: every exact pair of samples before the most constrained order (the module's docstring);
-    `tolerance`: the slack a pack after them may have, in tokens (0: exactly full). `by_room`: which of the two
-    kernels makes them (the same patterns either way; None: `_exact_rooms` where the capacity spans at most
-    ROOMS_MAX_SPAN times the lengths, else `_exact`)."""
+    `tolerance`: the slack a pack after them may have, in tokens (0: exactly full). `sums`: how the pair sums
+    are counted, "room", "length" or "fft" (not with `disjoint`): the same sums, so the same patterns, any way;
+    None: the cheapest (`_sums_by`)."""
     present = np.ascontiguousarray(present, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     pat_k = np.empty(max_patterns, dtype=np.int64)
     pat_end = np.empty(max_patterns, dtype=np.int64)
     ent_g = np.empty(3 * max_patterns, dtype=np.int64)
     ent_n = np.empty(3 * max_patterns, dtype=np.int64)
-    exact_compare = int(counts.sum()) < EXACT_COMPARE_MAX_ITEMS
-    if by_room is None:
-        by_room = capacity + 1 <= ROOMS_MAX_SPAN * len(present)
-    kernel = _exact_rooms if by_room else _exact
-    n_pat, n_ent, packs = kernel(
-        present,
-        counts,
+    samples = int(counts.sum())
+    exact_compare = samples < EXACT_COMPARE_MAX_ITEMS
+    cnt, group, n_pat, n_ent, packs = _exact_start(
+        present, counts, int(capacity), pairs_first, pat_k, pat_end, ent_g, ent_n
+    )
+    if sums is None:
+        sums = _sums_by(int(capacity), int(np.count_nonzero(cnt)), samples, disjoint)
+    if sums == "fft":
+        if disjoint:
+            raise ValueError(
+                "the pair sums that share no sample are not a convolution: sums='room' or 'length'"
+            )
+        pair_sums, sums_by = _pair_sums_by_fft(cnt), SUMS_GIVEN
+    else:
+        pair_sums, sums_by = (
+            np.zeros(int(capacity) + 1, np.int64),
+            {"room": SUMS_BY_ROOM, "length": SUMS_BY_LENGTH}[sums],
+        )
+    n_pat, n_ent, packs = _exact(
+        cnt,
+        group,
         int(capacity),
         float(share),
         exact_compare,
-        pairs_first,
         int(tolerance),
         bool(disjoint),
+        sums_by,
+        pair_sums,
+        n_pat,
+        n_ent,
+        packs,
         pat_k,
         pat_end,
         ent_g,

@@ -109,9 +109,12 @@ EFFORT_MIN = 30_000_000
 # PACKCFG_PLANNER_EFFORT=F multiplies both (a positive number: 4 lets the stage spend 4x as much where an input
 # needs it, for fewer packs; 0.5 half)
 EFFORT_VARIABLE = "PACKCFG_PLANNER_EFFORT"
-# the exact kernel: units per pair of distinct lengths (measured 1.2-2.2 ns x lengths**2 a way, 999 to 4,095
-# lengths, 4k-128k)
-EXACT_UNITS_PER_PAIR = 2
+# the exact kernel: units per pair of distinct lengths (measured with the order computed once, stop 53: 0.3-0.7
+# ns x lengths**2 a way at 2k-32k, 1.8 at 128k, 30k samples; 1.2-2.2 while it recomputed the order after every
+# pack, when this was 2). 1 against 2 on 240 seed inputs (seeds 1-6): rows within both 200 -> 202, packs over
+# LB 1,674 -> 1,623, time 2,556 -> 2,699 ms (the rows it takes past the time bar were over the packs target
+# either way); on the 30 stress rows 387 -> 343 packs over LB, 616 -> 581 ms
+EXACT_UNITS_PER_PAIR = 1
 # the near-exact packs: units per cube of the rest's distinct lengths (a completion search over pairs of
 # lengths for each of about as many patterns; 212 lengths at 4k took 5.7 ms)
 NEAR_UNITS_PER_CUBE = 0.6
@@ -836,9 +839,9 @@ def _exact_try(
     (_exact_plan). A tolerant way runs only where `tolerant` (no max_per_pack that could bind: with one, its
     rest's nested stage spent the budget that the per-pack plans need: 64k samples of 600 distinct at 2k, 8 a
     pack, +15 -> +37). A way runs only where `effort` has what its kernel costs left (EXACT_UNITS_PER_PAIR a
-    pair of distinct lengths and a room counted: the kernel goes over every length for each pattern, and makes
-    about one pattern a length; DISJOINT_COST times that where it counts the completions that share no
-    sample)."""
+    pair of distinct lengths and a room counted: the kernel counts the completions of every pair of lengths,
+    and searches the lengths for each pattern, about one a length; DISJOINT_COST times that where it counts the
+    completions that share no sample)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -1268,7 +1271,9 @@ CHECK_MIN_WORK = 1 << 26
 # took 4.2 / 5.9 ms -> 8.8 / 15.4 ms, for +3 / +4 -> +3 / +3); from STOP_AT_LB_ITEMS, where the tries go on to
 # LB, it pays at 32k too (1M samples, 999 distinct at 32k: +9 -> +1, 149 -> 55 ms, 0.32 covered), and gives up
 # only under EXACT_MIN_COVER_LARGE (1M samples of 300 distinct at 128k, 0.013 covered: 82 -> 55 ms, +0 either
-# way; 0.2 would take 600 distinct at 128k, 0.12 covered, from 64 to 143 ms).
+# way; 0.2 would take 600 distinct at 128k, 0.12 covered, from 64 to 143 ms). (These were measured while the
+# kernel recomputed its order after every pack; stop 53 computes it once: docs/packing.md, "The most
+# constrained order computed once".)
 EXACT_SHARE = 1.0
 # Where bfd's plan is at most this many packs over the target, the tries run first and the exact try only where
 # they miss: a few packs to save is what try 1 does for a fraction of the exact try, whose rest is then most
@@ -1393,9 +1398,12 @@ NEAR_MAX_WORK = 1 << 20
 NEAR_MAX_LENGTHS = 256
 EXACT_MIN_COVER = 0.35
 EXACT_MIN_COVER_LARGE = 0.1
-# its setup counts the pair sums over every two distinct lengths and each step goes over them: past this many
-# it is skipped (999 distinct: 1 ms of setup, 1.6-4 ms in all; 30k distinct lengths would be 9e8 products there)
-EXACT_MAX_DISTINCT = 4096
+# its setup counts the pair sums over every two distinct lengths (or by FFT) and each pattern searches them:
+# past this many it is skipped (30k distinct lengths would be 9e8 products there; the budget stops it well
+# before that from 2**13 lengths, EXACT_UNITS_PER_PAIR). 8192 against 4096 (stop 53) on 5,000 / 8,000 distinct
+# requested at 8k-128k with 30k / 150k / 1M samples (18 rows): within both 3 -> 6, packs over LB 1,127 -> 910
+# (5,000 distinct at 32k with 150k samples +29 -> +2, with 1M +168 -> +11)
+EXACT_MAX_DISTINCT = 8192
 # the kernel's room for patterns, per distinct length (it stops when they are full; 1M samples used about one
 # a length with EXACT_SHARE 1, 0.4k-0.9k patterns for 600-999 lengths, and 29-34 a length with 0.1)
 EXACT_PATTERNS_PER_LENGTH = 64
