@@ -955,3 +955,17 @@ def test_a_float_tie_of_two_fractions_goes_to_the_smaller(sums):
 
     assert first_pack(floats=False) == (c31, [20, 31, 52])
     assert first_pack(floats=True) == (c43, [10, 43, 50])
+
+
+def test_the_pair_sums_go_by_fft_only_where_its_floats_are_exact():
+    """`_sums_by` takes the FFT only for products of counts (the counts that share no sample are no
+    convolution) and under EXACT_COMPARE_MAX_ITEMS samples (where its floats round to the exact sums); else by
+    room where the capacity spans few times the lengths, by pairs of lengths where it spans many."""
+    limit = _exact_kernel.EXACT_COMPARE_MAX_ITEMS
+    assert _exact_kernel._sums_by(8192, 2000, 30_000, False) == "fft"
+    assert _exact_kernel._sums_by(8192, 2000, 30_000, True) == "room"
+    assert _exact_kernel._sums_by(8192, 2000, limit, False) == "room"
+    assert _exact_kernel._sums_by(131072, 2000, limit, False) == "length"
+    assert (
+        _exact_kernel._sums_by(131072, 10, 30_000, False) == "length"
+    )  # a few lengths: their pairs are cheap
