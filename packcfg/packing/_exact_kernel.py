@@ -227,8 +227,7 @@ def _pair_sums_by_room(cnt, capacity, disjoint, pair_sums):  # type: ignore[no-u
 @inlined
 def _pair_sums_by_length(cnt, nz, m_nz, capacity, disjoint, pair_sums):  # type: ignore[no-untyped-def]
     """pair_sums as `_pair_sums_by_room` gives them, over the pairs of lengths with samples (nz[:m_nz],
-    ascending): fewer steps where the capacity spans many times the lengths, each a write at a rising index.
-    The loops over the pairs run separately for either count (a branch in them kept them from vectorising)."""
+    ascending): fewer steps where the capacity spans many times the lengths, each a write at a rising index."""
     cz = np.empty(m_nz, np.int64)  # cz[j] = cnt[nz[j]]: read in order
     for j in range(m_nz):
         cz[j] = cnt[nz[j]]
