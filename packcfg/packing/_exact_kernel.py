@@ -697,11 +697,11 @@ def exact_patterns(
                 "the pair sums that share no sample are not a convolution: sums='room' or 'length'"
             )
         pair_sums, sums_by = _pair_sums_by_fft(cnt), SUMS_GIVEN
+    elif sums in ("room", "length"):  # counted in the kernel
+        pair_sums = np.zeros(int(capacity) + 1, np.int64)
+        sums_by = SUMS_BY_ROOM if sums == "room" else SUMS_BY_LENGTH
     else:
-        pair_sums, sums_by = (
-            np.zeros(int(capacity) + 1, np.int64),
-            {"room": SUMS_BY_ROOM, "length": SUMS_BY_LENGTH}[sums],
-        )
+        raise ValueError(f"sums is 'room', 'length', 'fft' or None, not {sums!r}")
     n_pat, n_ent, packs = _exact(
         cnt,
         group,

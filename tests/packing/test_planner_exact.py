@@ -646,7 +646,7 @@ def _exact_reference(present, counts, capacity, share, pairs_first, tolerance, d
                 if y:
                     cnt[y] -= times
 
-    def disjoint(t):  # the pairs x + y = t that share no sample, or the ordered products of counts
+    def pairs(t):  # the pairs x + y = t that share no sample, or the ordered products of counts
         if not disjoint_counts:
             return sum(cnt[x] * cnt[t - x] for x in range(t + 1))
         return sum(cnt[x] // 2 if 2 * x == t else min(cnt[x], cnt[t - x]) for x in range(0, t // 2 + 1))
@@ -671,9 +671,9 @@ def _exact_reference(present, counts, capacity, share, pairs_first, tolerance, d
         if cnt[u] == 0:
             continue
         room = capacity - u
-        num = disjoint(room) + single * cnt[room]
+        num = pairs(room) + single * cnt[room]
         for s in range(1, min(tolerance, room) + 1):
-            num += disjoint(room - s) + single * cnt[room - s] + (1 if s == room else 0)
+            num += pairs(room - s) + single * cnt[room - s] + (1 if s == room else 0)
         if num > 0 or room == 0:
             ranked.append((Fraction(num, cnt[u]), u))
     for _, v in sorted(ranked):
