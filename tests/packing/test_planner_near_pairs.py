@@ -157,13 +157,35 @@ def test_near_continuous_lengths_get_the_near_pairs_alone(monkeypatch):
     """30k samples of 4,095 distinct lengths at 2k (1,773 of the 2,048 present: past DENSE_FRACTION, where the
     rest of the stage does not run): best fit lands LB + 41 (control: PACKCFG_PLANNER_NEAR_PAIRS=off); the near
     pairs and the stage on their rest LB + 10 (measured; the LP's bound is LB + 3). Past
-    DENSE_NEAR_PAIR_MAX_CAPACITY the near pairs do not run there (the limit lowered to 1k)."""
+    DENSE_NEAR_PAIR_MAX_CAPACITY (lowered to 1k) they run only where best fit is more than DENSE_FAR_MARGINS
+    margins over LB: +41 is 8.2 margins of 5, so they run with 8 and not with 9 (the control)."""
     a = _few_distinct(30_000, 2048, 4095)
     assert len(np.unique(a)) > refine.DENSE_FRACTION * 2048
     _, calls = _off_then_on(monkeypatch, a, 2048, 41, 10, 8)
     monkeypatch.setattr(refine, "DENSE_NEAR_PAIR_MAX_CAPACITY", 1024)
+    monkeypatch.setattr(refine, "DENSE_FAR_MARGINS", 9)
     calls.clear()
     assert plan(a, 2048).num_packs - _lb(a, 2048) == 41 and not calls
+    monkeypatch.setattr(refine, "DENSE_FAR_MARGINS", 8)
+    assert plan(a, 2048).num_packs - _lb(a, 2048) == 10 and calls == [8]
+
+
+@needs_numba
+def test_near_continuous_lengths_far_over_lb_get_the_near_pairs_at_8k(monkeypatch):
+    """64k samples of 8,191 distinct lengths at 8k (6,170 of the 8,192 present, Zipf-weighted: past
+    DENSE_FRACTION, and past DENSE_NEAR_PAIR_MAX_CAPACITY): best fit lands LB + 41, 8 margins over LB (control:
+    PACKCFG_PLANNER_NEAR_PAIRS=off); the near pairs (16 tokens of slack) and the stage on their rest LB + 22
+    (measured; L2 is LB there). Uniform lengths there, where best fit is within DENSE_FAR_MARGINS margins of LB
+    (150k samples: LB + 3 with Fekete and Schepers' bound, margin 7), do not get them."""
+    a = _few_distinct(64_000, 8192, 8191)
+    assert len(np.unique(a)) > refine.DENSE_FRACTION * 8192 and 8192 > refine.DENSE_NEAR_PAIR_MAX_CAPACITY
+    _, calls = _off_then_on(monkeypatch, a, 8192, 41, 22, 16)
+    calls.clear()
+    u = np.random.default_rng(0).integers(1, 8193, 150_000)
+    values, counts = np.unique(u, return_counts=True)
+    lb = refine.lower_bound(values[::-1], counts[::-1], 8192, len(u))
+    assert len(values) > refine.DENSE_FRACTION * 8192
+    assert 0 < plan(u, 8192).num_packs - lb <= refine.DENSE_FAR_MARGINS * refine.margin(lb) and not calls
 
 
 def _top_level_events(monkeypatch):

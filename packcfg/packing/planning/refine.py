@@ -10,7 +10,7 @@ exact pair first, and where that plan misses the target, near-exact packs of fou
 its plan is within the target the tries do not run. Where the plan is still over the target after all that, near
 pairs (a long sample and one other within a few tokens of full, least slack first) and the stage on their rest
 (PACKCFG_PLANNER_NEAR_PAIRS=off skips them); on near-continuous lengths (DENSE_FRACTION), at 2k-4k, the near
-pairs alone; where the exact try gives no plan (it cannot afford its kernel, or gives up), the exact packs once
+pairs alone (at 8k-16k where best fit is far over LB, DENSE_FAR_MARGINS); where the exact try gives no plan (it cannot afford its kernel, or gives up), the exact packs once
 more and the near pairs before the tries (NEAR_PAIRS_FIRST). Last, where the plan is still over the target,
 exact packs with up to two or three tokens of slack (EXACT_WAYS_LAST), then the stage once more on the items of
 the packs that are not exactly full (NOT_FULL_AGAIN).
@@ -410,18 +410,19 @@ def refine(
     # DENSE_STAGE_MIN_ITEMS, the whole stage where best fit is far over LB
     dense = len(present) > DENSE_FRACTION * int(present[0])
     whole = dense and goal is None and aim is None and depth == 0 and len(a) >= DENSE_STAGE_MIN_ITEMS
-    if (
+    near_only = (
         dense
         and not whole
-        and not (
-            goal is None
-            and depth == 0
-            and capacity <= DENSE_NEAR_PAIR_MAX_CAPACITY
-            and len(a) < STOP_AT_LB_ITEMS
-            and _near_pairs_apply(capacity, k_max, a)
-        )
-    ):
+        and goal is None
+        and depth == 0
+        and len(a) < STOP_AT_LB_ITEMS
+        and _near_pairs_apply(capacity, k_max, a)
+        and (capacity <= DENSE_NEAR_PAIR_MAX_CAPACITY or aim is None)
+    )
+    if dense and not whole and not near_only:
         return packing
+    # past DENSE_NEAR_PAIR_MAX_CAPACITY, the near pairs only where best fit is far over LB (DENSE_FAR_MARGINS)
+    far_only = near_only and capacity > DENSE_NEAR_PAIR_MAX_CAPACITY
     if len(a) >= SPARSE_MIN_ITEMS and len(a) < SPARSE_MULTIPLICITY * len(present):
         return packing  # about one sample a length (SPARSE_MULTIPLICITY)
     packs = len(packing.offsets) - 1
@@ -440,6 +441,8 @@ def refine(
             if packs <= lb + DENSE_STAGE_MARGINS * margin(lb):
                 return packing
             dense = False
+        if far_only and packs <= lb + DENSE_FAR_MARGINS * margin(lb):
+            return packing
     assert goal is not None and stop is not None
     if packs <= goal or not enabled():
         return packing
@@ -1361,6 +1364,14 @@ NEAR_PAIRS_FIRST = True
 # LP's optimum). At 8k-16k they saved no pack on a uniform row and took 150k samples past 10 ms; at 1M samples
 # they took 7-37 ms more (4,095 distinct at 2k: +1,432 -> +399, uniform the same plans)
 DENSE_NEAR_PAIR_MAX_CAPACITY = 1 << 12
+# ... and past it, up to NEAR_PAIR_MAX_CAPACITY, only where best fit lands over LB + this many margins: uniform
+# lengths, where they save nothing, land within it (150k samples at 8k / 16k, four seeds: +0..+8, a margin of
+# 7), Zipf-weighted near-continuous ones far past it. 8,191 distinct at 8k (seeds 7, 1, 2; 30k / 64k / 150k
+# samples, 9 rows) 529 -> 184 packs over LB (30k, seed 2: +28 -> +9; 64k: +41 / +46 / +62 -> +22 / +9 / +20;
+# 150k: +102 / +102 / +137 -> +48 / +17 / +48), all still over the target; the 7 rows that change
+# 1.9-3.5 -> 13-33 ms, within the time bar at 150k, past it at 64k but seed 1 (docs/packing.md, "The near pairs
+# on near-continuous lengths at 8k-16k")
+DENSE_FAR_MARGINS = 4
 # ... but from this many samples, the whole stage where best fit lands over LB + DENSE_STAGE_MARGINS x margin(LB)
 # (LB with Fekete and Schepers' bound, dff_bound): 4,095 distinct at 2k (1,773 lengths, Zipf-weighted) with
 # 270k / 500k / 1M samples, 30 / 28 / 35 margins over LB, +386 / +710 / +1,432 -> +106 / +357 / +233 over L2
