@@ -312,3 +312,30 @@ def rounded_packs(
             packs += k
     rest = np.repeat(values, left)
     return packs + (pack_rest(rest) if len(rest) else 0), len(rest)
+
+
+def rounded_down_bound(
+    a: np.ndarray, capacity: int, grid: int, time_limit: float = 120.0, known: int = 0
+) -> dict:
+    """The cutting-stock LP's bound on the lengths rounded down to a multiple of `grid` (those under it dropped):
+    every plan of `a` is a plan of those lengths, so a lower bound on their packs is one on `a`'s, and the
+    larger of it and `known` (a bound on `a`, e.g. LB) is returned as "bound". The rounding loses up to
+    grid - 1 tokens an item, so the bound is weaker than the LP's on `a`; but with about capacity / grid
+    distinct lengths the LP converges where on thousands it does not (8,191 distinct requested at 4k, 3,539
+    lengths, 30k samples: the LP on the lengths themselves at LB + 0 after 900 s, unconverged; with grid 4,
+    1,013 lengths, solved in 40 s at LB + 25). Farley's bound is valid wherever the search stops, converged
+    or not. Bin packing only (no max_per_pack: the dropped items would free their slots)."""
+    if grid < 1:
+        raise ValueError(f"grid {grid}: a positive number of tokens")
+    b = (np.asarray(a, dtype=np.int64) // grid) * grid
+    b = b[b > 0]
+    if not len(b):
+        return {"bound": known, "exact": True, "grid": grid, "distinct": 0, "seconds": 0.0}
+    r = cutting_stock_bound(b, capacity, time_limit=time_limit)
+    return {
+        "bound": max(known, r["bound"]),
+        "exact": r["exact"],
+        "grid": grid,
+        "distinct": r["distinct"],
+        "seconds": r["seconds"],
+    }
