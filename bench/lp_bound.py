@@ -17,7 +17,7 @@ With `pack_rest`, the master's last optimum is also made whole (`rounded_packs`)
 as many whole times as the LP uses it (as far as the items last), and the few hundred items left planned by
 `pack_rest` (bfd). That is a real plan, so its packs are an upper bound on the optimum: where it lands within a
 target that bfd misses, the target is reachable and the gap is bfd's (2k rows of 600 / 999 distinct lengths:
-LB + 1 from 64k to 1M samples, docs/packing.md).
+LB + 1 from 64k to 1M samples, docs/planner-history.md).
 
 The bound at every iteration is Farley's: for any duals y >= 0, sum_i d_i y_i / max_p (sum_i a_ip y_i) is a
 lower bound on z_LP (y / max is dual feasible), and with the master's duals it equals z_RMP / v_max. The

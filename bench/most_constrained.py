@@ -8,16 +8,16 @@ nested stage, and gives up where that cannot reach the target.
 bfd builds its packs longest sample first, and the refinement stage's minimum bin slack does too. The
 cutting-stock LP's plans (bench/lp_bound.py, LB + 1 on those rows) look different: they fill the big items'
 room with short and middling samples and leave the 684-1,024-token samples (at 2k) to packs of two of them and
-an exact third (docs/packing.md, "Where the LP's plan puts the lengths"). This builds exact packs in another
-order, on the length histogram:
+an exact third (docs/planner-history.md, "Where the LP's plan puts the lengths"). This builds exact packs in
+another order, on the length histogram:
 
 1. Every exact pair first (a sample of x >= capacity / 2 with one of capacity - x).
 2. For every length v left, count its exact completions by one or two other samples: a sample of capacity - v,
    or a pair summing to it (the pair-sum counts are the histogram convolved with itself), and order the lengths
    by their completions per sample, fewest first (the most constrained, as in exact-cover search). The order is
    computed once (until stop 53 it was recomputed after every pack, a pass over the lengths a pack; computed
-   once, the planner's plans are better on the whole: docs/packing.md, "The most constrained order computed
-   once").
+   once, the planner's plans are better on the whole: docs/planner-history.md, "The most constrained order
+   computed once").
 3. Drain each length in that order: complete it with the single sample if there is one, else with the pair
    whose rarer length has the most samples left, apply that exact pack to as many samples as `share` of the
    rarest of its lengths allows (at least once), and go on until the length has no sample or no completion left.

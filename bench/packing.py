@@ -756,7 +756,7 @@ def ratio_workloads(
 ) -> list[tuple[str, int, np.ndarray]]:
     """(name, capacity, lengths): every distribution this bench knows at every capacity 2k-128k; the
     few-distinct ones with each of `distinct` lengths, drawn with each of `seeds` (7, the default, is the one
-    docs/packing.md's tables use; others are named "999 distinct s1")."""
+    docs/planner-history.md's tables use; others are named "999 distinct s1")."""
     out = []
     for cap in RATIO_CAPACITIES:
         for n in sizes:
@@ -774,7 +774,7 @@ def ratio_workloads(
 def machine() -> str:
     """The CPU and the SIMD NumPy dispatches to: the argsort baseline depends on it (NumPy's default argsort
     of 64-bit integers runs x86-simd-sort's AVX-512 code where the CPU has it, about 5x faster than on the
-    machines of docs/packing.md's earlier tables), so every table says which it ran on."""
+    machines of docs/planner-history.md's earlier tables), so every table says which it ran on."""
     model = "cpu unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

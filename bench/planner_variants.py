@@ -1,11 +1,11 @@
 """bfd's refinement stage under several settings, side by side, interleaved per input.
 
 Each variant sets module constants of `packcfg.packing.planning.refine` (restored after it). On the few-distinct
-inputs drawn with several seeds (docs/packing.md, "What one seed hides": seeds 1-3, 400 / 800 / 999 / 1,500
-distinct lengths, 64k / 150k samples, 2k-128k) every variant plans every input warm, process CPU, median of
---repeat runs. The runs of one input alternate between the variants, so that the drift of a shared machine hits
-them alike: separate runs of the same code differ by up to 6 rows over the time bar on a 2-core machine, which
-is more than most changes move.
+inputs drawn with several seeds (docs/planner-history.md, "What one seed hides": seeds 1-3, 400 / 800 / 999 /
+1,500 distinct lengths, 64k / 150k samples, 2k-128k) every variant plans every input warm, process CPU, median
+of --repeat runs. The runs of one input alternate between the variants, so that the drift of a shared machine
+hits them alike: separate runs of the same code differ by up to 6 rows over the time bar on a 2-core machine,
+which is more than most changes move.
 
 Prints a row per input, then for each variant: rows over the packs target (LB + max(5, 0.01% LB)), over the time
 bar (3x one argsort of the lengths, or 10 ms), within both, and the packs over LB and the planning time summed

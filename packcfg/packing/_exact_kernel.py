@@ -24,9 +24,9 @@ the length has no sample or no completion left; what is left goes to best fit. T
 until stop 53 the kernel recomputed it after every pack (the pair sums updated, every length scanned again: a
 pass over the lengths a pack, which was most of the stage's time with 2,000-4,095 distinct lengths), and took
 the pack's length only once before looking again. Computed once and drained, the exact packs cost the pair sums
-and a completion search a pack, and the plans are better on the whole (docs/packing.md, "The most constrained
-order computed once"). docs/packing.md, "The lead: most constrained first", has what this order does that best
-fit's does not; `bench/most_constrained.py` keeps the NumPy reference.
+and a completion search a pack, and the plans are better on the whole (docs/planner-history.md, "The most
+constrained order computed once"). docs/planner-history.md, "The lead: most constrained first", has what this
+order does that best fit's does not; `bench/most_constrained.py` keeps the NumPy reference.
 
 With `disjoint`, a length's completions by two samples are counted as those that share no sample (over the
 pairs x + y of its room, min(cnt[x], cnt[y]); cnt[x] // 2 where x = y), not as products of counts: a length

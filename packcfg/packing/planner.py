@@ -147,8 +147,8 @@ def _without_huge_pages(fn: _F) -> _F:
     (the usual default, and this project's machines) the first touch of such an array may wait for the
     kernel to compact memory: a plan of 1M samples in a fresh process took 1.3-2x its warm time with the
     hint off, and with it 1-1.3x in most processes but 2.5-8x in others (77-177 ms against 20-77 warm;
-    docs/packing.md, "NumPy's huge pages"). The planner's arrays live for one call, so the hint buys it
-    little."""
+    docs/planner-history.md, "NumPy's huge pages"). The planner's arrays live for one call, so the hint buys
+    it little."""
     core = getattr(np, "_core", None) or getattr(np, "core", None)  # NumPy 2 / NumPy 1
     setter = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
     # the hint is the process's: plans running at once in several threads share one switch, and the last

@@ -338,8 +338,9 @@ def test_sorted_desc_is_decreasing_length_then_id_on_every_path(seed, path, dist
 
 
 def test_numpys_huge_page_hint_is_off_while_planning_and_restored(monkeypatch):
-    """plan() turns NumPy's huge-page hint off for its own arrays (docs/packing.md, "NumPy's huge pages") and
-    puts back what the caller had, after a plan and after an error; PACKCFG_PLANNER_HUGEPAGES=on leaves it on."""
+    """plan() turns NumPy's huge-page hint off for its own arrays (docs/planner-history.md, "NumPy's huge
+    pages") and puts back what the caller had, after a plan and after an error; PACKCFG_PLANNER_HUGEPAGES=on
+    leaves it on."""
     from packcfg.packing import planner
 
     setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)

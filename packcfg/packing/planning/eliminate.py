@@ -13,7 +13,7 @@ import numpy as np
 
 from packcfg.packing.planning.common import Packing, switched_off
 
-# operations per item (at least OPS_MIN): a few ms at 64k samples, ~50 ms at 1M (docs/packing.md)
+# operations per item (at least OPS_MIN): a few ms at 64k samples, ~50 ms at 1M (docs/planner-history.md)
 OPS_PER_ITEM = 16
 OPS_MIN = 1_000_000
 # packs A that a swap or a gather looks at once one is found (a swap) or before giving up (a gather)

@@ -55,7 +55,7 @@ WORK_PER_ITEM = 256
 # argsort, one pack worse (+4 -> +5); and from STOP_AT_LB_ITEMS, where the tries go on to LB while the budget
 # lasts, it took 1M samples at 128k from 1.15x to 2.1x warm and 2.95x cold (600 distinct, +6 -> +2, within
 # the target either way). 512 cells brought 8k within the target but not 32k (bench/packing.py --ratio-only,
-# 2026-11-27; docs/packing.md, "A larger budget from 2**16 samples").
+# 2026-11-27; docs/planner-history.md, "A larger budget from 2**16 samples").
 LARGE_WORK_FACTOR = 4
 LARGE_WORK_ITEMS = 1 << 16
 WORK_MIN = 3_000_000
@@ -100,10 +100,11 @@ DENSE_FRACTION = 0.75
 # the exact kernel goes over), never from a clock: the same input gets the same plan on every machine. Before
 # the budget, inputs with 1,500-4,095 distinct lengths drawn as the ratio table's few-distinct ones ran the
 # exact kernel (its cost grows with the square of the lengths: 25-35 ms at 4,095), every try, every nested
-# stage and the cut search to the end, and took 20-95x an argsort at 30k-150k samples (docs/packing.md, "A
-# budget for the whole stage"). The budget is a bound on those, set so that no plan of the inputs the stage
-# handled within ~50 ms changes: EFFORT_MIN 15M cut the plans with max_per_pack of 64k samples of 600
-# distinct at 2k (4 / 8 a pack: the near-exact packs and the cut search need 26M; +233 / +15 -> +245 / +33).
+# stage and the cut search to the end, and took 20-95x an argsort at 30k-150k samples
+# (docs/planner-history.md, "A budget for the whole stage"). The budget is a bound on those, set so that no
+# plan of the inputs the stage handled within ~50 ms changes: EFFORT_MIN 15M cut the plans with max_per_pack
+# of 64k samples of 600 distinct at 2k (4 / 8 a pack: the near-exact packs and the cut search need 26M; +233 /
+# +15 -> +245 / +33).
 EFFORT_PER_ITEM = 60
 EFFORT_MIN = 30_000_000
 # PACKCFG_PLANNER_EFFORT=F multiplies both (a positive number: 4 lets the stage spend 4x as much where an input
@@ -1205,9 +1206,10 @@ def _plan_of_patterns(
 
 
 # the post-pass runs only on plans at most this many packs over the target: it saved at most 8 packs on any
-# row measured (docs/packing.md), so further over it cannot reach the target, and there it cost 45 ms for one
-# pack (1M samples, 999 distinct at 2k: 179 -> 134 ms for +124 -> +125 over LB, target +34). Was 16: with the
-# exact pairs first that row came to +50, 16 over, where the post-pass spent 22 ms (105 -> 127 ms) saving none
+# row measured (docs/planner-history.md), so further over it cannot reach the target, and there it cost 45 ms
+# for one pack (1M samples, 999 distinct at 2k: 179 -> 134 ms for +124 -> +125 over LB, target +34). Was 16:
+# with the exact pairs first that row came to +50, 16 over, where the post-pass spent 22 ms (105 -> 127 ms)
+# saving none
 ELIMINATE_MAX_OVER = 8
 # from NEST_MIN_ITEMS items, what the kept patterns leave is planned by the stage again (nested, try 1 only,
 # or try 3 where nothing left is over capacity / 2) rather than by best fit alone, and from TWO_SHIFTS_ITEMS
@@ -1260,13 +1262,13 @@ CHECK_MIN_WORK = 1 << 26
 # The exact try (PACKCFG_PLANNER_EXACT=off switches it off) runs before the tries where best fit misses the
 # target: exact packs built most constrained length first, a pack repeated for EXACT_SHARE of the rarest of
 # its lengths, then best fit and the nested stage on what they set aside (packing/_exact_kernel.py;
-# docs/packing.md, "The exact try"); where its plan is within the target the tries do not run. EXACT_SHARE 1
-# (each pack for as many samples as its rarest length has) makes 0.1k-0.9k patterns where 0.1 made 20k-32k
-# (1M samples, 600 / 999 distinct: kernel 1.6 / 4 ms, was 55 / 141 ms) and plans as good: 1M samples, 600 /
-# 999 distinct at 2k-32k within LB + 0-5 with 1.0, LB + 0-5 with 0.1 (bench 2026-11-27, Zen 5; 999 distinct
-# at 2k +124 either way). Its rest is nested at every size (the exact packs leave the stage's own problem, which
-# best fit alone packs 5-20 over LB): 64k-200k samples of 600 distinct at 2k +5 / +9 / +13 / +18 -> +0, at 4k
-# 999 distinct +8 / +11 / +7 -> +0 / +1 / +2, each as fast or faster.
+# docs/planner-history.md, "The exact try"); where its plan is within the target the tries do not run.
+# EXACT_SHARE 1 (each pack for as many samples as its rarest length has) makes 0.1k-0.9k patterns where 0.1
+# made 20k-32k (1M samples, 600 / 999 distinct: kernel 1.6 / 4 ms, was 55 / 141 ms) and plans as good: 1M
+# samples, 600 / 999 distinct at 2k-32k within LB + 0-5 with 1.0, LB + 0-5 with 0.1 (bench 2026-11-27, Zen 5;
+# 999 distinct at 2k +124 either way). Its rest is nested at every size (the exact packs leave the stage's own
+# problem, which best fit alone packs 5-20 over LB): 64k-200k samples of 600 distinct at 2k +5 / +9 / +13 /
+# +18 -> +0, at 4k 999 distinct +8 / +11 / +7 -> +0 / +1 / +2, each as fast or faster.
 # Where the exact packs and L2 of what they leave pass the target, its rest is not planned (999 distinct at 2k:
 # the short samples run out and every such rest needs 7-980 packs more than LB). Below STOP_AT_LB_ITEMS items
 # it gives up where its packs hold under EXACT_MIN_COVER of the volume: there the plan is mostly the rest's and
@@ -1275,7 +1277,7 @@ CHECK_MIN_WORK = 1 << 26
 # LB, it pays at 32k too (1M samples, 999 distinct at 32k: +9 -> +1, 149 -> 55 ms, 0.32 covered), and gives up
 # only under EXACT_MIN_COVER_LARGE (1M samples of 300 distinct at 128k, 0.013 covered: 82 -> 55 ms, +0 either
 # way; 0.2 would take 600 distinct at 128k, 0.12 covered, from 64 to 143 ms). (These were measured while the
-# kernel recomputed its order after every pack; stop 53 computes it once: docs/packing.md, "The most
+# kernel recomputed its order after every pack; stop 53 computes it once: docs/planner-history.md, "The most
 # constrained order computed once".)
 EXACT_SHARE = 1.0
 # Where bfd's plan is at most this many packs over the target, the tries run first and the exact try only where
@@ -1296,22 +1298,22 @@ EXACT_LATE_OVER = 3
 # cutting-stock LP's plans of the inputs where the exact packs miss hold few exact packs of a long sample and one
 # other: 2,000 distinct at 2k with 30k samples (LP bound LB + 4, its plan LB + 5) has 5,845 such pairs at 0.4-2.4
 # tokens of slack on average, where bfd has 7,327 at 1.8-6.1 and 791 long samples alone at 109. On the 120
-# inputs of docs/packing.md's "What one seed hides" (seeds 1-3, 400-1,500 distinct, 64k / 150k samples, 2k-128k)
-# this way took the rows over the packs target from 29 to 18: 999 distinct at 2k seed 1 +27 / +74 -> +2 / +4,
-# seed 3 +10 / +12 -> +1 / +3, at 8k seed 1 +8 / +21 -> +2 / +4, 800 distinct at 4k seed 2 +13 / +31 -> +2 / +5,
-# 1,500 distinct at 8k seed 3 +6 / +6 -> +1 / +2 (64k / 150k samples), faster there (the tries then do not run:
-# 20.7 -> 12.2 ms on the first). It replaced the second way of stop 42, the exact packs without the pairs first
-# (800 distinct at 4k seed 1 with 64k samples: +9 with the pairs first, +5 without, +4 with a token): after the
-# tolerant way that one changed no plan of the 120 inputs, the ratio table (190 rows), the 100 rows at 131,071 /
-# 262,143 samples or the per-pack table, and cost 2.5-5.6 ms where it ran (999 distinct at 4k seed 2 with 64k
-# samples 11.9 -> 8.9 ms). 2 tokens: 19 over the packs target, but a costlier kernel (1 + tolerance rooms a
-# length) and 56 rows over the time bar against 47-53
+# inputs of docs/planner-history.md's "What one seed hides" (seeds 1-3, 400-1,500 distinct, 64k / 150k
+# samples, 2k-128k) this way took the rows over the packs target from 29 to 18: 999 distinct at 2k seed 1 +27
+# / +74 -> +2 / +4, seed 3 +10 / +12 -> +1 / +3, at 8k seed 1 +8 / +21 -> +2 / +4, 800 distinct at 4k seed 2
+# +13 / +31 -> +2 / +5, 1,500 distinct at 8k seed 3 +6 / +6 -> +1 / +2 (64k / 150k samples), faster there (the
+# tries then do not run: 20.7 -> 12.2 ms on the first). It replaced the second way of stop 42, the exact packs
+# without the pairs first (800 distinct at 4k seed 1 with 64k samples: +9 with the pairs first, +5 without, +4
+# with a token): after the tolerant way that one changed no plan of the 120 inputs, the ratio table (190
+# rows), the 100 rows at 131,071 / 262,143 samples or the per-pack table, and cost 2.5-5.6 ms where it ran
+# (999 distinct at 4k seed 2 with 64k samples 11.9 -> 8.9 ms). 2 tokens: 19 over the packs target, but a
+# costlier kernel (1 + tolerance rooms a length) and 56 rows over the time bar against 47-53
 EXACT_WAYS = ((True, 0, False), (True, 1, False))  # (pairs_first, tolerance, disjoint) each
 # Where the plan is still over the target after the tries, exact packs once more, planned wherever they could
 # beat the best plan so far (not only where they could reach the target): a token of slack allowed, and a
 # length's completions counted as those that share no sample (min(cnt[x], cnt[y]) a pair x + y) rather than as
-# products of counts, which overstate what a length with thousands of samples can get (docs/packing.md, "Exact
-# packs once more, where the target is out of reach").
+# products of counts, which overstate what a length with thousands of samples can get
+# (docs/planner-history.md, "Exact packs once more, where the target is out of reach").
 EXACT_WAYS_AGAIN = ((True, 1, True),)
 # Where the plan is still over the target after every other step (the near pairs included), exact packs once
 # more with completions that may leave up to 2, then 3 tokens of slack, each planned wherever it could beat the
@@ -1320,7 +1322,7 @@ EXACT_WAYS_AGAIN = ((True, 1, True),)
 # way's (disjoint), +11; the 2-token way's is +5, within the target (13.7 -> 16.2 ms). Last, so that it spends
 # only what the steps before it left: as a second way of EXACT_WAYS_AGAIN (3 tokens, at most a quarter of what
 # was left) it took 400 distinct at 4k with 64k samples, seed 2, from +13 to +16, the near pairs after it short
-# of budget (docs/packing.md, "Two last steps where the plan is still over the target")
+# of budget (docs/planner-history.md, "Two last steps where the plan is still over the target")
 EXACT_WAYS_LAST = ((True, 2, False), (True, 3, False))
 # Where the plan is still over the target after every other step, the stage once more on the items of the packs
 # that are not exactly full (best fit, then the stage as the top level runs it, the exact try included, aiming
@@ -1328,9 +1330,9 @@ EXACT_WAYS_LAST = ((True, 2, False), (True, 3, False))
 # and their rest is a smaller input whose exact packs and tries differ from the whole's. On the 120 seed inputs
 # 774 -> 765 packs over LB (999 distinct at 128k with 150k samples, seed 1: +6 -> +5, within the target), on
 # the 120 ratio rows of 30k-1M samples 3,272 -> 3,271; with max_per_pack, 64k samples of 600 distinct at 2k
-# with 4 / 8 a pack +233 / +15 -> +208 / +12; no plan more (docs/packing.md, "Two last steps where the plan is
-# still over the target"). With a budget of its own (a second top-level plan of those packs) it brought seven
-# rows within the target, but took 4-58 ms more each
+# with 4 / 8 a pack +233 / +15 -> +208 / +12; no plan more (docs/planner-history.md, "Two last steps where the
+# plan is still over the target"). With a budget of its own (a second top-level plan of those packs) it
+# brought seven rows within the target, but took 4-58 ms more each
 NOT_FULL_AGAIN = True
 # Where the plan is still over the target after every try, pairs of a sample over half the capacity and one
 # other within `slack` tokens of full first (least slack first, as many as the counts allow), then best fit and
@@ -1339,7 +1341,7 @@ NOT_FULL_AGAIN = True
 # tokens of slack on average and leaves 17 alone; the exact packs' plan (LB + 54) pairs 4,561 (5.9 tokens) and
 # leaves 539 alone, with 116 tokens each: the short samples that would have paired them went into packs of
 # three for longer gaps. The slack: capacity >> NEAR_PAIR_SLACK_SHIFT tokens, at most NEAR_PAIR_MAX_SLACK (8 at
-# 2k, 16 from 4k; docs/packing.md, "Near pairs first, where the target is still missed"). Above
+# 2k, 16 from 4k; docs/planner-history.md, "Near pairs first, where the target is still missed"). Above
 # NEAR_PAIR_MAX_CAPACITY it saved no pack on any row measured (seed inputs and ratio rows at 32k and 128k) and
 # took up to 22 ms. Not where max_per_pack could bind (there the limit, not the pairs, is what the plan misses):
 # on the per-pack table's rows it saved no pack and took 600 distinct at 2k with 4 a pack from 36 to 78 ms
@@ -1351,12 +1353,12 @@ NEAR_PAIR_MAX_CAPACITY = 1 << 14
 # packs and L2 of their rest past the target), what came after the tries comes before them: the exact packs once
 # more (EXACT_WAYS_AGAIN, where the exact try could run), then the near pairs, whose rest has fewer lengths and
 # gets an exact try it can afford; the tries only where the plan is still over the target. On the 120 seed inputs
-# and the 90 ratio rows (docs/packing.md, "The near pairs before the tries where the exact try gives no plan")
-# no plan has more packs and eight have fewer, each in less time: 4,095 distinct at 8k with 64k / 150k samples
-# +11 / +70 -> +9 / +12 over LB in 32.6 / 40.1 -> 25.6 / 26.9 ms (with 30k, +5 in 14.1 -> 8.8 ms); 2,000
-# distinct at 2k with 64k / 150k +97 / +227 -> +76 / +150; 1,500 distinct at 2k, 150k, seed 2, +54 -> +32. The
-# near pairs alone first (without the exact packs once more) took 800 distinct at 2k, 150k, seed 1, from +13 to
-# +33: they spent the budget that the exact packs once more, that row's winner, needed
+# and the 90 ratio rows (docs/planner-history.md, "The near pairs before the tries where the exact try gives
+# no plan") no plan has more packs and eight have fewer, each in less time: 4,095 distinct at 8k with 64k /
+# 150k samples +11 / +70 -> +9 / +12 over LB in 32.6 / 40.1 -> 25.6 / 26.9 ms (with 30k, +5 in 14.1 -> 8.8
+# ms); 2,000 distinct at 2k with 64k / 150k +97 / +227 -> +76 / +150; 1,500 distinct at 2k, 150k, seed 2, +54
+# -> +32. The near pairs alone first (without the exact packs once more) took 800 distinct at 2k, 150k, seed
+# 1, from +13 to +33: they spent the budget that the exact packs once more, that row's winner, needed
 NEAR_PAIRS_FIRST = True
 # On near-continuous lengths (DENSE_FRACTION), which skip the rest of the stage, the near pairs alone, up to this
 # capacity and under STOP_AT_LB_ITEMS samples: 4,095 distinct at 2k with 30k / 64k / 150k samples +41 / +84 /
@@ -1369,8 +1371,8 @@ DENSE_NEAR_PAIR_MAX_CAPACITY = 1 << 12
 # 7), Zipf-weighted near-continuous ones far past it. 8,191 distinct at 8k (seeds 7, 1, 2; 30k / 64k / 150k
 # samples, 9 rows) 529 -> 184 packs over LB (30k, seed 2: +28 -> +9; 64k: +41 / +46 / +62 -> +22 / +9 / +20;
 # 150k: +102 / +102 / +137 -> +48 / +17 / +48), all still over the target; the 7 rows that change
-# 1.9-3.5 -> 13-33 ms, within the time bar at 150k, past it at 64k but seed 1 (docs/packing.md, "The near pairs
-# on near-continuous lengths at 8k-16k")
+# 1.9-3.5 -> 13-33 ms, within the time bar at 150k, past it at 64k but seed 1 (docs/planner-history.md, "The
+# near pairs on near-continuous lengths at 8k-16k")
 DENSE_FAR_MARGINS = 4
 # ... but from this many samples, the whole stage where best fit lands over LB + DENSE_STAGE_MARGINS x margin(LB)
 # (LB with Fekete and Schepers' bound, dff_bound): 4,095 distinct at 2k (1,773 lengths, Zipf-weighted) with
@@ -1394,13 +1396,13 @@ NEAR_PAIRS_LEAD_FRACTION = 0.6
 DISJOINT_COST = 1.3
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
 # four samples first, each within capacity >> NEAR_SLACK_SHIFT tokens of full (8 at 2k), most constrained
-# length first (_exact_kernel._near; docs/packing.md, "Every exact pair first; near-exact packs of four on the
-# rest"): what the rest of 999 distinct at 2k needs (the cutting-stock LP packs it at L2 + 1, in packs of 3-6
-# samples with 0-4 tokens of slack). 64k / 150k / 1M samples +6 / +16 / +50 -> +2 / +2 / +22, 11.5 / 13.9 /
-# 104 -> 5.7 / 7.6 / 23 ms (the tries no longer run there). Exact fills only (a shift past the capacity's
-# bits) land +6 / +11 / +50 there, 4 tokens +6 / +1 / +32, 16 tokens +2 / +1 / +22 (41 ms at 1M). Its counts
-# of completions by three samples cost O(capacity) a pattern: it runs only where the rest's distinct lengths
-# times the capacity are at most NEAR_MAX_WORK (999 distinct at 2k: 120 x 2048)
+# length first (_exact_kernel._near; docs/planner-history.md, "Every exact pair first; near-exact packs of
+# four on the rest"): what the rest of 999 distinct at 2k needs (the cutting-stock LP packs it at L2 + 1, in
+# packs of 3-6 samples with 0-4 tokens of slack). 64k / 150k / 1M samples +6 / +16 / +50 -> +2 / +2 / +22,
+# 11.5 / 13.9 / 104 -> 5.7 / 7.6 / 23 ms (the tries no longer run there). Exact fills only (a shift past the
+# capacity's bits) land +6 / +11 / +50 there, 4 tokens +6 / +1 / +32, 16 tokens +2 / +1 / +22 (41 ms at 1M).
+# Its counts of completions by three samples cost O(capacity) a pattern: it runs only where the rest's
+# distinct lengths times the capacity are at most NEAR_MAX_WORK (999 distinct at 2k: 120 x 2048)
 NEAR_SLACK_SHIFT = 8
 NEAR_MAX_WORK = 1 << 20
 # ... and its search for a completion is O(lengths**2) a pattern, with O(lengths) patterns: on rests of random
