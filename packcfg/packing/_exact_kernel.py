@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from packcfg.packing._bfd_kernel import _ctz
 from packcfg.packing._refine_kernel import compiled, inlined
 
 # Under this many samples the kernel settles lengths whose completions per sample round to the same float by
@@ -176,11 +177,13 @@ def _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, en
 
 
 @compiled
-def _completion(cnt, has, nz, m_nz, room):  # type: ignore[no-untyped-def]
+def _completion(cnt, hb, rb, capacity, room):  # type: ignore[no-untyped-def]
     """A completion of `room` tokens: (-2, -1) where room is 0 (the sample fills its pack alone), (y, -1) for a
     single sample of it, (x, y) for the pair x + y = room whose rarer length has the most samples left (x
-    smallest among equals), (-1, -1) for none. nz[:m_nz]: the lengths that may have samples, ascending; has[y]:
-    whether y has samples (a byte a length, so that the reads about it stay in cache at long context)."""
+    smallest among equals), (-1, -1) for none. hb: a bit a length that may have samples; rb: the same bits
+    reversed (bit j for length capacity - j), so that the lengths x <= room / 2 whose room - x may also have
+    samples are hb & rb shifted by capacity - room, 64 at a word: the search reads room / 128 words, not every
+    length (cnt decides among them)."""
     if room == 0:
         return -2, -1
     if cnt[room] > 0:
@@ -188,16 +191,37 @@ def _completion(cnt, has, nz, m_nz, room):  # type: ignore[no-untyped-def]
     most = -1
     f0 = -1
     f1 = -1
-    for i in range(m_nz):
-        x = nz[i]
-        if 2 * x > room:
-            break
-        y = room - x
-        if has[y] and cnt[x] > 0 and cnt[y] > (1 if y == x else 0) and min(cnt[x], cnt[y]) > most:
-            most = min(cnt[x], cnt[y])
-            f0 = x
-            f1 = y
+    half = room >> 1
+    d = capacity - room  # room - x has samples where rb's bit x + d is set
+    last = half >> 6
+    for w in range(last + 1):
+        at = (w << 6) + d
+        q = at >> 6
+        b = at & 63
+        r = rb[q] if b == 0 else (rb[q] >> np.uint64(b)) | (rb[q + 1] << np.uint64(64 - b))
+        m = hb[w] & r
+        if w == last and (half & 63) < 63:
+            m &= (np.uint64(1) << np.uint64((half & 63) + 1)) - np.uint64(1)
+        while m:
+            x = (w << 6) + _ctz(m)
+            m &= m - np.uint64(1)
+            y = room - x
+            if cnt[x] == 0 or cnt[y] <= (1 if y == x else 0):
+                continue  # a bit left on (the length being completed, or run out since)
+            c = min(cnt[x], cnt[y])
+            if c > most:
+                most = c
+                f0 = x
+                f1 = y
     return f0, f1
+
+
+@inlined
+def _bit_clear(hb, rb, capacity, length):  # type: ignore[no-untyped-def]
+    """`length` has no sample left: its bit off in hb and in rb."""
+    hb[length >> 6] &= ~(np.uint64(1) << np.uint64(length & 63))
+    j = capacity - length
+    rb[j >> 6] &= ~(np.uint64(1) << np.uint64(j & 63))
 
 
 @inlined
@@ -317,9 +341,14 @@ def _exact(
                 j -= 1
     lengths = np.zeros(4, np.int64)
     per_pack = np.zeros(4, np.int64)
-    by_order = nz[order]  # the lengths in the order (nz is compacted below as lengths run out)
-    has = cnt > 0
-    run_out = 0  # lengths run out since nz was last compacted
+    by_order = nz[order]  # the lengths in the order
+    hb = np.zeros((n >> 6) + 2, np.uint64)  # a bit a length with samples (_completion)
+    rb = np.zeros((n >> 6) + 3, np.uint64)  # the same, reversed: bit capacity - length
+    for i in range(m_nz):
+        u = nz[i]
+        hb[u >> 6] |= np.uint64(1) << np.uint64(u & 63)
+        j = capacity - u
+        rb[j >> 6] |= np.uint64(1) << np.uint64(j & 63)
     for k in range(by_order.shape[0]):
         i = order[k]
         if keys[i] == np.inf:
@@ -328,12 +357,12 @@ def _exact(
         while cnt[v] > 0:  # this length's exact packs, as long as it has samples and completions
             if n_pat == pat_k.shape[0]:
                 return n_pat, n_ent, packs
-            cnt[v] -= 1
-            f0, f1 = _completion(cnt, has, nz, m_nz, capacity - v)
+            cnt[v] -= 1  # the sample being completed is not its own completion (its bit may stay: cnt decides)
+            f0, f1 = _completion(cnt, hb, rb, capacity, capacity - v)
             s = 0
             while f0 == -1 and s < min(tolerance, capacity - v):  # the least slack s with a completion
                 s += 1
-                f0, f1 = _completion(cnt, has, nz, m_nz, capacity - v - s)
+                f0, f1 = _completion(cnt, hb, rb, capacity, capacity - v - s)
             cnt[v] += 1
             if f0 == -1:
                 break
@@ -341,20 +370,11 @@ def _exact(
             times = _times(cnt, lengths, per_pack, m, share)
             for j in range(m):
                 cnt[lengths[j]] -= times * per_pack[j]
-                if cnt[lengths[j]] == 0 and has[lengths[j]]:
-                    has[lengths[j]] = False
-                    run_out += 1
+                if cnt[lengths[j]] == 0:
+                    _bit_clear(hb, rb, capacity, lengths[j])
             n_ent = _record(group, lengths, per_pack, m, times, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n)
             n_pat += 1
             packs += times
-            if 4 * run_out > m_nz:  # the completion search goes over nz: drop the lengths that ran out
-                kept = 0
-                for j in range(m_nz):
-                    if cnt[nz[j]] > 0:
-                        nz[kept] = nz[j]
-                        kept += 1
-                m_nz = kept
-                run_out = 0
     return n_pat, n_ent, packs
 
 
