@@ -357,7 +357,9 @@ def _exact(
         while cnt[v] > 0:  # this length's exact packs, as long as it has samples and completions
             if n_pat == pat_k.shape[0]:
                 return n_pat, n_ent, packs
-            cnt[v] -= 1  # the sample being completed is not its own completion (its bit may stay: cnt decides)
+            cnt[v] -= (
+                1  # the sample being completed is not its own completion (its bit may stay: cnt decides)
+            )
             f0, f1 = _completion(cnt, hb, rb, capacity, capacity - v)
             s = 0
             while f0 == -1 and s < min(tolerance, capacity - v):  # the least slack s with a completion
