@@ -57,7 +57,7 @@ if HAVE_NUMBA:
     from numba.extending import intrinsic as _intrinsic
 
     @_intrinsic
-    def _ctz(typingctx, word):  # type: ignore[no-untyped-def]
+    def ctz(typingctx, word):  # type: ignore[no-untyped-def]
         """Count trailing zeros of a non-zero uint64 (LLVM's cttz: one instruction on x86-64 and arm64)."""
         sig = _types.int64(_types.uint64)
 
@@ -68,7 +68,7 @@ if HAVE_NUMBA:
 
 else:  # pragma: no cover - the kernel is not used without numba
 
-    def _ctz(word):  # type: ignore[no-untyped-def]
+    def ctz(word):  # type: ignore[no-untyped-def]
         return (int(word) & -int(word)).bit_length() - 1
 
 
@@ -128,10 +128,10 @@ def _bits_first(bits, off, x):  # type: ignore[no-untyped-def]
             return -1
         w = bits[off[lv] + i] & (_ALL << np.uint64(pos & 63))
         if w:
-            pos = (i << 6) + _ctz(w)
+            pos = (i << 6) + ctz(w)
             while lv > 0:
                 lv -= 1
-                pos = (pos << 6) + _ctz(bits[off[lv] + pos])
+                pos = (pos << 6) + ctz(bits[off[lv] + pos])
             return pos
         pos = i + 1
         lv += 1

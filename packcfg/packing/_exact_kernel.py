@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcfg.packing._bfd_kernel import _ctz
+from packcfg.packing._bfd_kernel import ctz
 from packcfg.packing._refine_kernel import compiled, inlined
 
 # Under this many samples the kernel settles lengths whose completions per sample round to the same float by
@@ -210,7 +210,7 @@ def _completion(cnt, hb, rb, capacity, room):  # type: ignore[no-untyped-def]
         if w == last and (half & 63) < 63:
             m &= (np.uint64(1) << np.uint64((half & 63) + 1)) - np.uint64(1)
         while m:
-            x = (w << 6) + _ctz(m)
+            x = (w << 6) + ctz(m)
             m &= m - np.uint64(1)
             y = room - x
             if cnt[x] == 0 or cnt[y] <= (1 if y == x else 0):
