@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +20,14 @@ _PATH = Path(__file__).resolve().parents[2] / "bench" / "lp_bound.py"
 
 
 def _lp_bound():
-    spec = importlib.util.spec_from_file_location("lp_bound", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """bench/lp_bound.py by path, under its own name in sys.modules, as planner_variants.py loads it: numba's
+    cache of its kernels names the module, and a cache written by an unnamed one cannot be read back."""
+    module = sys.modules.get("lp_bound")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("lp_bound", _PATH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lp_bound"] = module
+        spec.loader.exec_module(module)
     return module
 
 
