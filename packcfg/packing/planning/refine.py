@@ -10,8 +10,9 @@ exact pair first, and where that plan misses the target, near-exact packs of fou
 its plan is within the target the tries do not run. Where the plan is still over the target after all that, near
 pairs (a long sample and one other within a few tokens of full, least slack first) and the stage on their rest
 (PACKCFG_PLANNER_NEAR_PAIRS=off skips them); on near-continuous lengths (DENSE_FRACTION), at 2k-4k, the near
-pairs alone (at 8k-16k where best fit is far over LB, DENSE_FAR_MARGINS); where the exact try gives no plan (it cannot afford its kernel, or gives up), the exact packs once
-more and the near pairs before the tries (NEAR_PAIRS_FIRST). Last, where the plan is still over the target,
+pairs alone (at 8k-16k where best fit is far over LB, DENSE_FAR_MARGINS); where the exact try gives no plan
+(it cannot afford its kernel, or gives up), the exact packs once more and the near pairs before the tries
+(NEAR_PAIRS_FIRST). Last, where the plan is still over the target,
 exact packs with up to two or three tokens of slack (EXACT_WAYS_LAST), then the stage once more on the items of
 the packs that are not exactly full (NOT_FULL_AGAIN).
 
