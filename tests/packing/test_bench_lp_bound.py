@@ -5,7 +5,6 @@ not install: skipped without it."""
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import sys
 from pathlib import Path
 
@@ -13,6 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.packing.test_planner_refine import _optimum
 
 pytest.importorskip("scipy")
 
@@ -32,19 +33,6 @@ def _lp_bound():
 
 
 lp_bound = _lp_bound()
-
-
-def _optimum(lengths: list[int], capacity: int) -> int:
-    """The fewest packs, by trying every assignment of items to packs (tiny inputs only)."""
-    n = len(lengths)
-    for packs in range(1, n + 1):
-        for assign in itertools.product(range(packs), repeat=n):
-            loads = [0] * packs
-            for x, p in zip(lengths, assign, strict=True):
-                loads[p] += x
-            if max(loads) <= capacity:
-                return packs
-    return n
 
 
 @settings(max_examples=60, deadline=None)
