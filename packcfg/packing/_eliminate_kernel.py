@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from packcfg.packing._bfd_kernel import ctz
+
 try:  # numba is optional: without it the post-pass is skipped (as the refinement stage is)
     import numba as _nb
 
@@ -51,15 +53,6 @@ SCAN = 64
 # item fields (rows of `it`) and pack fields (rows of `pk`)
 I_PACK, I_NEXT, I_PREV, I_CNEXT, I_CPREV = 0, 1, 2, 3, 4
 P_HEAD, P_TAIL, P_COUNT, P_FILL, P_BNEXT, P_BPREV, P_CLASS = 0, 1, 2, 3, 4, 5, 6
-
-
-@compiled
-def _ctz(m):  # type: ignore[no-untyped-def]
-    """Trailing zeros of a non-zero uint64."""
-    c = 0
-    while not (m >> np.uint64(c)) & np.uint64(1):
-        c += 1
-    return c
 
 
 @compiled
@@ -260,7 +253,7 @@ def _swap_target(it, pk, chead, gmask, bhead, gid, a, capacity, k_max, x, limit)
                         if gb >= 0:
                             m = gmask[gb] >> np.uint64(d)
                             while m:
-                                cb = d + _ctz(m)
+                                cb = d + ctz(m)
                                 left = cb - d if cb < CLASSES - 1 else capacity  # class CLASSES - 1: unknown
                                 if left >= best_left:
                                     break
@@ -333,7 +326,7 @@ def _gather_into(it, pk, chead, gmask, bhead, gid, a, capacity, x, p, log_item, 
                     if gb >= 0:
                         m = gmask[gb] >> np.uint64(d)
                         while m:
-                            cb = d + _ctz(m)
+                            cb = d + ctz(m)
                             j = chead[gb * CLASSES + cb]
                             while j >= 0 and it[I_PACK, j] == p:
                                 j = it[I_CNEXT, j]
