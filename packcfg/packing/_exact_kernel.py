@@ -224,6 +224,14 @@ def _completion(cnt, hb, rb, capacity, room):  # type: ignore[no-untyped-def]
 
 
 @inlined
+def _bit_set(hb, rb, capacity, length):  # type: ignore[no-untyped-def]
+    """`length` has samples: its bit on in hb and in rb (bit capacity - length)."""
+    hb[length >> 6] |= np.uint64(1) << np.uint64(length & 63)
+    j = capacity - length
+    rb[j >> 6] |= np.uint64(1) << np.uint64(j & 63)
+
+
+@inlined
 def _bit_clear(hb, rb, capacity, length):  # type: ignore[no-untyped-def]
     """`length` has no sample left: its bit off in hb and in rb."""
     hb[length >> 6] &= ~(np.uint64(1) << np.uint64(length & 63))
@@ -352,10 +360,7 @@ def _exact(
     hb = np.zeros((n >> 6) + 2, np.uint64)  # a bit a length with samples (_completion)
     rb = np.zeros((n >> 6) + 3, np.uint64)  # the same, reversed: bit capacity - length
     for i in range(m_nz):
-        u = nz[i]
-        hb[u >> 6] |= np.uint64(1) << np.uint64(u & 63)
-        j = capacity - u
-        rb[j >> 6] |= np.uint64(1) << np.uint64(j & 63)
+        _bit_set(hb, rb, capacity, nz[i])
     for k in range(by_order.shape[0]):
         i = order[k]
         if keys[i] == np.inf:
@@ -364,9 +369,8 @@ def _exact(
         while cnt[v] > 0:  # this length's exact packs, as long as it has samples and completions
             if n_pat == pat_k.shape[0]:
                 return n_pat, n_ent, packs
-            cnt[v] -= (
-                1  # the sample being completed is not its own completion (its bit may stay: cnt decides)
-            )
+            # the sample being completed is not its own completion (its bit may stay on: cnt decides)
+            cnt[v] -= 1
             f0, f1 = _completion(cnt, hb, rb, capacity, capacity - v)
             s = 0
             while f0 == -1 and s < min(tolerance, capacity - v):  # the least slack s with a completion
