@@ -80,6 +80,13 @@ SUMS_BY_ROOM, SUMS_BY_LENGTH, SUMS_GIVEN = 0, 1, 2
 # counted in the kernel (1.4)
 FFT_NS_A_POINT = 30
 PAIR_NS = 1.4
+# The kernel's cost (`kernel_ns`), which planning.refine charges to its budget before it runs the kernel: fitted
+# on 250 runs (stop 55: 300-8,191 distinct lengths drawn as the ratio table's, 2k-128k, 30k / 150k samples, the
+# five ways refine runs), within 0.37-2.3x of the time measured, median 1.0
+SUMS_FACTOR = 2
+ROOM_NS = 0.07
+SEARCH_NS_A_WORD = 0.25
+NS_A_LENGTH = 60
 
 
 @compiled
@@ -681,6 +688,22 @@ def _sums_by(capacity: int, lengths: int, samples: int, disjoint: bool) -> str:
     ):
         return "fft"
     return "room" if capacity + 1 <= ROOMS_MAX_SPAN * lengths else "length"
+
+
+def kernel_ns(capacity: int, lengths: int, samples: int, tolerance: int = 0, disjoint: bool = False) -> float:
+    """What `exact_patterns` costs on `lengths` distinct lengths (ns, this machine; a model, never a clock): the
+    pair sums the way `_sums_by` counts them (SUMS_FACTOR times their own cost; by room ROOM_NS a length and a
+    token), the completion searches (SEARCH_NS_A_WORD a word of the bitsets, capacity / 64 words a length and a
+    room, 1 + tolerance rooms) and NS_A_LENGTH a length (its order and drain)."""
+    sums = _sums_by(capacity, lengths, samples, disjoint)
+    if sums == "fft":
+        sums_ns = SUMS_FACTOR * FFT_NS_A_POINT * _fft_size(2 * capacity + 1)
+    elif sums == "length":
+        sums_ns = SUMS_FACTOR * PAIR_NS * lengths**2 / 2
+    else:
+        sums_ns = ROOM_NS * capacity * lengths
+    words = (1 + tolerance) * lengths * capacity / 64
+    return sums_ns + SEARCH_NS_A_WORD * words + NS_A_LENGTH * lengths
 
 
 def _fft_size(n: int) -> int:

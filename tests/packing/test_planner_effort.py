@@ -92,29 +92,28 @@ def test_a_spent_effort_evaluates_no_cut():
 
 @needs_numba
 def test_the_exact_kernel_runs_only_where_its_cost_is_left(monkeypatch):
-    """30k samples of 2,000 distinct lengths at 4k: the exact kernel costs EXACT_UNITS_PER_PAIR x 2,000**2 = 4M
-    units, within the shipped effort (30M at this size), and its plan lands LB + 1, within the target LB + 5
-    (measured). With 3M units the kernel is not called on them: without the near pairs, the tries land LB + 7;
-    with them, they run in the exact try's place (NEAR_PAIRS_FIRST) and the stage on their rest calls the
-    kernel only on lengths whose cost is left (1,025 of them: LB + 6). Every plan is valid and no worse than
-    best fit."""
-    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)  # the controls: nor the stage once more
+    """30k samples of 2,000 distinct lengths at 4k: the exact kernel's cost model (_exact_kernel.kernel_ns) puts
+    it at 670,400 units, well within the shipped effort (30M at this size), and its plan lands LB + 1, within the
+    target LB + 5 (measured). With exactly that many units it still runs (LB + 1); with one unit fewer it is not
+    called at all and the tries land LB + 9 (the near pairs off, as is the stage once more: they would spend the
+    units elsewhere). Every plan is valid and no worse than best fit."""
+    monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)
+    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
     a = _few_distinct(30_000, 4096, 2000)
     lb = _lb(a, 4096)
+    lengths = len(np.unique(a))
+    cost = refine._exact_way_cost(lengths, 4096, len(a), *refine.EXACT_WAYS[0][1:])
+    assert cost == 670_400  # the FFT's 8,640 points, 2,000 lengths' searches and passes
     exact_calls, _ = _spy(monkeypatch)
     p = plan(a, 4096)
-    assert exact_calls == [len(np.unique(a))] and p.num_packs - lb == 1
+    assert exact_calls == [lengths] and p.num_packs - lb == 1
     _check_forced(p, a, 4096, {"max_per_pack": None})
-    exact_calls.clear()
-    _effort(monkeypatch, 3_000_000)
-    monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
-    p = plan(a, 4096)
-    assert not exact_calls and p.num_packs - lb == 7
-    _check_forced(p, a, 4096, {"max_per_pack": None})
-    monkeypatch.delenv("PACKCFG_PLANNER_NEAR_PAIRS")
-    p = plan(a, 4096)
-    assert exact_calls and all(refine.EXACT_UNITS_PER_PAIR * n**2 <= 3_000_000 for n in exact_calls)
-    _check_forced(p, a, 4096, {"max_per_pack": None})
+    for units, calls, over in ((int(cost), [lengths], 1), (int(cost) - 1, [], 9)):
+        exact_calls.clear()
+        _effort(monkeypatch, units)
+        p = plan(a, 4096)
+        assert exact_calls == calls and p.num_packs - lb == over
+        _check_forced(p, a, 4096, {"max_per_pack": None})
 
 
 @needs_numba
@@ -123,13 +122,13 @@ def test_the_dp_spends_at_most_what_the_effort_has(monkeypatch, units):
     """Every try's DP (greedy-led cells included) and every nested stage's together stay within the effort's
     units x CELLS_PER_UNIT cells, past them by at most the pattern each run stops at (a run checks its
     budget before each pattern; here one costs well under ONE_PATTERN cells); the plan is valid, no worse
-    than best fit, and the same each time. (30k samples of 2,000 distinct at 8k: 3M units, under the exact
-    kernel's 4M, allow 36M cells and the DP spends 15.4M; 1M units allow 12M and it spends 12.01M; 100k allow
-    1.2M, spent 1.24M: measured. Without the near pairs, which run in the exact try's place where it cannot afford its kernel,
-    and at 100k units leave the tries nothing.)"""
+    than best fit, and the same each time. (30k samples of 2,000 distinct at 8k, the exact try and the near
+    pairs off: either would reach the target before the DP runs. 3M units allow 36M cells and the DP spends
+    15.4M; 1M units allow 12M and it spends 12.01M; 100k allow 1.2M, spent 1.24M: measured.)"""
     a = _few_distinct(30_000, 8192, 2000)
     _effort(monkeypatch, units)
     monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
+    monkeypatch.setenv("PACKCFG_PLANNER_EXACT", "off")
     _, cells = _spy(monkeypatch)
     p = plan(a, 8192)
     assert 0 < sum(cells.values()) <= units * refine.CELLS_PER_UNIT + len(cells) * ONE_PATTERN
@@ -167,17 +166,41 @@ def test_a_bad_effort_variable_is_one_clear_error(monkeypatch, value):
 
 
 @needs_numba
-def test_a_tenth_of_the_effort_skips_the_exact_kernel_it_needs(monkeypatch):
-    """30k samples of 2,000 distinct at 4k: the exact kernel costs 4M units; PACKCFG_PLANNER_EFFORT=0.1 leaves
-    the stage 3M, so it is skipped (LB + 7, measured), where the shipped budget runs it (LB + 1, above). (The
-    near pairs' rest, of fewer lengths, then gets the kernel at its own cost; they are switched off here.)"""
+def test_the_exact_kernel_is_charged_its_cost_not_the_square_of_its_lengths(monkeypatch):
+    """64k samples of 8,191 distinct lengths at 32k (8,181 found): the cost model puts the exact kernel at 5.5M
+    units (the FFT's 65,610 points, 8,181 lengths' searches), so it runs within the budget (30M) and the plan
+    lands LB + 0 (measured). Charged 1 a pair of lengths, as until stop 55, it would cost 67M and never run;
+    the control charges 6 units a nanosecond (33M, past the budget): the kernel is not called and the plan
+    lands LB + 10."""
+    a = _few_distinct(64_000, 32768, 8191)
+    lengths = len(np.unique(a))
+    cost = refine._exact_way_cost(lengths, 32768, len(a), *refine.EXACT_WAYS[0][1:])
+    assert cost < refine.effort_units(len(a)) < lengths**2
+    exact_calls, _ = _spy(monkeypatch)
+    p = plan(a, 32768)
+    assert exact_calls[0] == lengths and p.num_packs - _lb(a, 32768) == 0
+    _check_forced(p, a, 32768, {"max_per_pack": None})
+    monkeypatch.setattr(refine, "EXACT_UNITS_PER_NS", 6)
+    exact_calls.clear()
+    p = plan(a, 32768)
+    assert lengths not in exact_calls and p.num_packs - _lb(a, 32768) == 10
+    _check_forced(p, a, 32768, {"max_per_pack": None})
+
+
+@needs_numba
+def test_a_fiftieth_of_the_effort_skips_the_exact_kernel_it_needs(monkeypatch):
+    """30k samples of 2,000 distinct at 4k: the exact kernel costs 670,400 units; PACKCFG_PLANNER_EFFORT=0.02
+    leaves the stage 600k, so it is skipped (LB + 9, measured), where the shipped budget runs it (LB + 1,
+    above). (The near pairs' rest, of fewer lengths, then gets the kernel at its own cost; they are switched
+    off here.)"""
     a = _few_distinct(30_000, 4096, 2000)
     monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)  # nor the stage once more
-    monkeypatch.setenv("PACKCFG_PLANNER_EFFORT", "0.1")
+    monkeypatch.setenv("PACKCFG_PLANNER_EFFORT", "0.02")
     monkeypatch.setenv("PACKCFG_PLANNER_NEAR_PAIRS", "off")
+    assert refine.effort_units(len(a)) == 600_000
     exact_calls, _ = _spy(monkeypatch)
     p = plan(a, 4096)
-    assert not exact_calls and p.num_packs - _lb(a, 4096) == 7
+    assert not exact_calls and p.num_packs - _lb(a, 4096) == 9
 
 
 @needs_numba

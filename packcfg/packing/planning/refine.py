@@ -111,12 +111,17 @@ EFFORT_MIN = 30_000_000
 # PACKCFG_PLANNER_EFFORT=F multiplies both (a positive number: 4 lets the stage spend 4x as much where an input
 # needs it, for fewer packs; 0.5 half)
 EFFORT_VARIABLE = "PACKCFG_PLANNER_EFFORT"
-# the exact kernel: units per pair of distinct lengths (measured with the order computed once, stop 53: 0.3-0.7
-# ns x lengths**2 a way at 2k-32k, 1.8 at 128k, 30k samples; 1.2-2.2 while it recomputed the order after every
-# pack, when this was 2). 1 against 2 on 240 seed inputs (seeds 1-6): rows within both 200 -> 202, packs over
-# LB 1,674 -> 1,623, time 2,556 -> 2,699 ms (the rows it takes past the time bar were over the packs target
-# either way); on the 30 stress rows 387 -> 343 packs over LB, 616 -> 581 ms
-EXACT_UNITS_PER_PAIR = 1
+# the exact kernel: units per nanosecond of its cost model (_exact_kernel.kernel_ns: the pair sums as the kernel
+# counts them, its completion searches and its pass over the lengths; within 0.4-2.3x of the time measured on 250
+# runs). Until stop 55 a way was charged 1 a pair of distinct lengths, fitted at stop 53 (0.3-0.7 ns a pair at
+# 2k-32k); the faster kernel of stop 54 costs 0.05-0.35 ns a pair with 8,191 lengths at 4k-128k, so the charge was
+# 4-20x its cost, and past the whole budget (30M) from 5,478 lengths: the exact try never ran on 8,191 distinct at
+# 8k-128k below 1M samples. The model on the stress rows (2,000 / 4,095 / 8,191 distinct, 30k-150k samples, seed 7,
+# 45 rows): within both 21 -> 24, packs over LB 1,093 -> 1,012 (8,191 distinct at 32k with 64k / 150k samples +10 /
+# +24 -> +0 / +1 in 40 / 45 -> 11 / 13 ms, at 128k with 150k +18 -> +4); with 1M samples (30 rows) 19 -> 21, 4,306
+# -> 3,966 (8,191 distinct at 32k +143 -> +7); on the 240 seed inputs the same plans, rows over the time bar 24 ->
+# 27 (rows over the packs target either way: the budget the kernel no longer overspends goes to other steps)
+EXACT_UNITS_PER_NS = 1
 # the near-exact packs: units per cube of the rest's distinct lengths (a completion search over pairs of
 # lengths for each of about as many patterns; 212 lengths at 4k took 5.7 ms)
 NEAR_UNITS_PER_CUBE = 0.6
@@ -553,18 +558,18 @@ def refine(
                 return best
     if exact_ok and not exact_late:
         # where its first way's kernel is over the budget, the exact try gives up at once
-        affordable = effort.allows(_exact_way_cost(len(present), *EXACT_WAYS[0][1:]))
+        affordable = effort.allows(_exact_way_cost(len(present), capacity, len(a), *EXACT_WAYS[0][1:]))
         exact = exact_try(EXACT_WAYS) if affordable else None
         if exact is not None and len(exact.offsets) - 1 < best_packs:
             best, best_packs = exact, len(exact.offsets) - 1
             if best_packs <= goal:
                 return best
-        # no plan from it: where it ran, the exact packs once more, then the near pairs, before the tries
+        # no plan from it: the near pairs, then (where it ran) the exact packs once more, before the tries
         # (NEAR_PAIRS_FIRST)
         near_first = (
             NEAR_PAIRS_FIRST and exact is None and depth == 0 and _near_pairs_apply(capacity, k_max, a)
         )
-        for step in ("again", "near") if near_first else ():
+        for step in ("near", "again") if near_first else ():
             if effort.spent() or (step == "again" and not affordable) or (step == "near" and near_done):
                 continue
             plan = exact_try(EXACT_WAYS_AGAIN, best_packs - 1) if step == "again" else near_pairs()
@@ -843,10 +848,9 @@ def _exact_try(
     a plan has at most `reach` packs or, without `beat`, one gives up; the plan with the fewest is returned
     (_exact_plan). A tolerant way runs only where `tolerant` (no max_per_pack that could bind: with one, its
     rest's nested stage spent the budget that the per-pack plans need: 64k samples of 600 distinct at 2k, 8 a
-    pack, +15 -> +37). A way runs only where `effort` has what its kernel costs left (EXACT_UNITS_PER_PAIR a
-    pair of distinct lengths and a room counted: the kernel counts the completions of every pair of lengths,
-    and searches the lengths for each pattern, about one a length; DISJOINT_COST times that where it counts the
-    completions that share no sample)."""
+    pack, +15 -> +37). A way runs only where `effort` has what its kernel costs left (EXACT_UNITS_PER_NS a
+    nanosecond of _exact_kernel.kernel_ns: the pair sums, by FFT or by pairs of lengths or rooms as the kernel
+    counts them, and a completion search over the bitsets for each length and room)."""
     from packcfg.packing import _exact_kernel
 
     cover = EXACT_MIN_COVER if len(a) < STOP_AT_LB_ITEMS else EXACT_MIN_COVER_LARGE
@@ -863,7 +867,7 @@ def _exact_try(
     for pairs_first, tolerance, disjoint in EXACT_WAYS if ways is None else ways:
         if not (pairs or pairs_first or tolerance) or (tolerance and not tolerant):
             continue
-        cost = _exact_way_cost(len(present), tolerance, disjoint)
+        cost = _exact_way_cost(len(present), capacity, len(a), tolerance, disjoint)
         if not effort.allows(cost):
             break
         effort.charge(cost)
@@ -894,10 +898,12 @@ def _exact_try(
     return best
 
 
-def _exact_way_cost(lengths: int, tolerance: int, disjoint: bool) -> float:
-    """What an exact way's kernel is charged: EXACT_UNITS_PER_PAIR a pair of distinct lengths and a room (1 +
-    tolerance rooms a length), DISJOINT_COST times that where it counts the completions that share no sample."""
-    return EXACT_UNITS_PER_PAIR * lengths**2 * (1 + tolerance) * (DISJOINT_COST if disjoint else 1)
+def _exact_way_cost(lengths: int, capacity: int, samples: int, tolerance: int, disjoint: bool) -> float:
+    """What an exact way's kernel is charged: EXACT_UNITS_PER_NS a nanosecond of its cost model
+    (_exact_kernel.kernel_ns)."""
+    from packcfg.packing import _exact_kernel
+
+    return EXACT_UNITS_PER_NS * _exact_kernel.kernel_ns(capacity, lengths, samples, tolerance, disjoint)
 
 
 def _exact_plan(
@@ -1349,11 +1355,15 @@ NOT_FULL_AGAIN = True
 NEAR_PAIR_SLACK_SHIFT = 8
 NEAR_PAIR_MAX_SLACK = 16
 NEAR_PAIR_MAX_CAPACITY = 1 << 14
-# Where the exact try gives no plan, because it cannot afford its first way's kernel (EXACT_UNITS_PER_PAIR a pair
-# of distinct lengths over the budget: 4,095 distinct lengths below 2**19 samples) or because it gave up (its exact
-# packs and L2 of their rest past the target), what came after the tries comes before them: the exact packs once
-# more (EXACT_WAYS_AGAIN, where the exact try could run), then the near pairs, whose rest has fewer lengths and
-# gets an exact try it can afford; the tries only where the plan is still over the target. On the 120 seed inputs
+# Where the exact try gives no plan, because it cannot afford its first way's kernel (its cost model,
+# EXACT_UNITS_PER_NS, over what the budget has left) or because it gave up (its exact packs and L2 of their rest
+# past the target), what came after the tries comes before them: the near pairs, whose rest has fewer lengths
+# and gets an exact try of its own, then the exact packs once more (EXACT_WAYS_AGAIN, where the exact try could
+# run); the tries only where the plan is still over the target. Until stop 55 the exact packs once more came
+# first: with the kernel charged what it costs they now run where they used to be unaffordable, and on 4,095
+# distinct at 8k with 30k samples they took 3.6 ms and saved nothing before the near pairs reached the target
+# (+3, 7.5 -> 11.3 ms; the near pairs first: 7.5 ms); on the 240 seed inputs the order changes no plan, on the 45
+# stress rows it brings that one row back within both. On the 120 seed inputs
 # and the 90 ratio rows (docs/planner-history.md, "The near pairs before the tries where the exact try gives
 # no plan") no plan has more packs and eight have fewer, each in less time: 4,095 distinct at 8k with 64k /
 # 150k samples +11 / +70 -> +9 / +12 over LB in 32.6 / 40.1 -> 25.6 / 26.9 ms (with 30k, +5 in 14.1 -> 8.8
@@ -1393,8 +1403,6 @@ DENSE_STAGE_MARGINS = 4
 # seed 1 (0.49) from +35 / +74 / +157 to +10 / +15 / +36, but six rows within the target past the time bar
 # (2,000 distinct at 4k with 30k samples, 8 -> 11-14 ms): there the exact try reaches the target at once
 NEAR_PAIRS_LEAD_FRACTION = 0.6
-# the kernel counting completions that share no sample costs about this much more (1.2-1.3x measured)
-DISJOINT_COST = 1.3
 # Where the exact packs' plan misses the target, their rest is planned again with near-exact packs of up to
 # four samples first, each within capacity >> NEAR_SLACK_SHIFT tokens of full (8 at 2k), most constrained
 # length first (_exact_kernel._near; docs/planner-history.md, "Every exact pair first; near-exact packs of
@@ -1414,7 +1422,7 @@ EXACT_MIN_COVER = 0.35
 EXACT_MIN_COVER_LARGE = 0.1
 # its setup counts the pair sums over every two distinct lengths (or by FFT) and each pattern searches them:
 # past this many it is skipped (30k distinct lengths would be 9e8 products there; the budget stops it well
-# before that from 2**13 lengths, EXACT_UNITS_PER_PAIR). 8192 against 4096 (stop 53) on 5,000 / 8,000 distinct
+# before that, EXACT_UNITS_PER_NS). 8192 against 4096 (stop 53) on 5,000 / 8,000 distinct
 # requested at 8k-128k with 30k / 150k / 1M samples (18 rows): within both 3 -> 6, packs over LB 1,127 -> 910
 # (5,000 distinct at 32k with 150k samples +29 -> +2, with 1M +168 -> +11)
 EXACT_MAX_DISTINCT = 8192
