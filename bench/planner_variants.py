@@ -18,7 +18,7 @@ Where the LP does not converge in SECONDS (thousands of distinct lengths), the L
 multiples of 4, then 2 tokens (a relaxation: its bound holds for the lengths themselves) gets as many seconds
 again each, and may still prove the target out of reach.
 
-Usage: python bench/planner_variants.py --variant shipped --variant "stop44: EXACT_LATE_OVER=-1; EXACT_WAYS_AGAIN=()"
+Usage: python bench/planner_variants.py --variant shipped --variant "stop44: EXACT_SHARE=0.5; EXACT_WAYS_AGAIN=()"
        [--seeds 1,2,3] [--distinct 400,800,999,1500] [--n 64000,150000] [--capacities 2048,4096,8192,32768,131072]
        [--repeat 5] [--lp-bound SECONDS]
 A variant is NAME, or NAME: CONSTANT=VALUE; CONSTANT=VALUE (Python literals: -1, 0.5, (), ((True, 1, True),)); a

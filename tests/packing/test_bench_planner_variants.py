@@ -24,9 +24,9 @@ def _bench():
 def test_a_variant_names_constants_of_the_stage_with_literal_values(monkeypatch, capsys):
     bench = _bench()
     assert bench.parse_variant("shipped") == ("shipped", {})
-    assert bench.parse_variant("old: EXACT_LATE_OVER=-1; EXACT_WAYS_AGAIN=()") == (
+    assert bench.parse_variant("old: EXACT_SHARE=0.5; EXACT_WAYS_AGAIN=()") == (
         "old",
-        {"EXACT_LATE_OVER": -1, "EXACT_WAYS_AGAIN": ()},
+        {"EXACT_SHARE": 0.5, "EXACT_WAYS_AGAIN": ()},
     )
     assert bench.parse_variant("w: EXACT_WAYS_AGAIN=((True, 1, True),)")[1] == {
         "EXACT_WAYS_AGAIN": ((True, 1, True),)
@@ -47,9 +47,9 @@ def test_a_variant_names_constants_of_the_stage_with_literal_values(monkeypatch,
         ("x: a..B=1", "a..B"),
         ("x: NOT_A_CONSTANT=1", "NOT_A_CONSTANT=1"),
         ("x: margin=1", "margin=1"),  # a function, not a constant
-        ("x: EXACT_LATE_OVER=__import__('os')", "not a Python literal"),
-        ("x: EXACT_LATE_OVER", "EXACT_LATE_OVER"),
-        (": EXACT_LATE_OVER=1", "no name"),
+        ("x: EXACT_SHARE=__import__('os')", "not a Python literal"),
+        ("x: EXACT_SHARE", "EXACT_SHARE"),
+        (": EXACT_SHARE=1", "no name"),
     ]:
         with pytest.raises(ValueError, match=says):
             bench.parse_variant(bad)

@@ -517,14 +517,13 @@ def refine(
             effort,
         )
 
-    # the exact try: before the tries, or after them where bfd is within EXACT_LATE_OVER of the target
+    # the exact try, before the tries
     exact_ok = (
         not nested
         and k_max >= 3
         and len(present) <= EXACT_MAX_DISTINCT
         and not switched_off("PACKCFG_PLANNER_EXACT")
     )
-    exact_late = packs - goal <= EXACT_LATE_OVER and len(a) < STOP_AT_LB_ITEMS
 
     def exact_try(ways: tuple[tuple[bool, int, bool], ...], beat: int | None = None) -> Packing | None:
         return _exact_try(
@@ -556,7 +555,7 @@ def refine(
             best, best_packs = near, len(near.offsets) - 1
             if best_packs <= goal:
                 return best
-    if exact_ok and not exact_late:
+    if exact_ok:
         # where its first way's kernel is over the budget, the exact try gives up at once
         affordable = effort.allows(_exact_way_cost(len(present), capacity, len(a), *EXACT_WAYS[0][1:]))
         exact = exact_try(EXACT_WAYS) if affordable else None
@@ -622,10 +621,6 @@ def refine(
         if plan is not None and len(plan.offsets) - 1 < best_packs:
             best = plan
             best_packs = len(best.offsets) - 1
-    if exact_ok and exact_late and best_packs > goal and not effort.spent():
-        exact = exact_try(EXACT_WAYS)
-        if exact is not None and len(exact.offsets) - 1 < best_packs:
-            best, best_packs = exact, len(exact.offsets) - 1
     # still over the target: exact packs whose completions are counted by the samples they share none of,
     # planned wherever they could beat the best plan so far (EXACT_WAYS_AGAIN)
     if exact_ok and not near_first and best_packs > goal and not effort.spent():
@@ -1287,15 +1282,6 @@ CHECK_MIN_WORK = 1 << 26
 # kernel recomputed its order after every pack; stop 53 computes it once: docs/planner-history.md, "The most
 # constrained order computed once".)
 EXACT_SHARE = 1.0
-# Where bfd's plan is at most this many packs over the target, the tries run first and the exact try only where
-# they miss: a few packs to save is what try 1 does for a fraction of the exact try, whose rest is then most
-# of the input (64k samples of 999 distinct at 32k, seeds 1-3: bfd +6 / +8 / +7 over LB, the target +5; the
-# exact try first +2 / +1 / +3 in 10.7-11.6 ms, the tries first +4 / +5 / +4 in 5.5-5.7 ms; 150k samples of
-# 1,500 distinct at 128k, seeds 1 / 2: +5 either way, 15.4 / 14.6 -> 11.2 / 10.5 ms, where the exact try gave
-# up on the cover after its kernel). 4 took 64k samples of 1,500 distinct at 32k (bfd 4 over) from 15-16 to
-# 23-25 ms: the tries miss there (+6 / +7 / +7) and the exact try runs after them. Below STOP_AT_LB_ITEMS only:
-# from there the tries go on to LB, and the exact try first ends the stage at the target.
-EXACT_LATE_OVER = 3
 # The exact try's ways, (pairs_first, tolerance, disjoint) each, in order until one lands within the target.
 # First every exact pair (x + capacity - x), then the most constrained order: some best plan holds all those pairs
 # (_exact_kernel's docstring), and on 999 distinct at 2k the exact packs and L2 of their rest come to LB + 0 at
