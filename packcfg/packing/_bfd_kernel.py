@@ -46,8 +46,17 @@ def loaded() -> bool:
 
 
 def compiled(fn: Any) -> Any:
+    """`fn` compiled by numba (cached next to its module), or `fn` itself without numba: every kernel of the
+    package is made by this (or `inlined`), so that they are compiled alike."""
     if HAVE_NUMBA:
         return _nb.njit(cache=True, nogil=True)(fn)
+    return fn
+
+
+def inlined(fn: Any) -> Any:
+    """`compiled`, and inlined into its callers by numba itself (not left to LLVM)."""
+    if HAVE_NUMBA:
+        return _nb.njit(cache=True, nogil=True, inline="always")(fn)
     return fn
 
 

@@ -25,26 +25,11 @@ used: too slow to be worth it).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from packcfg.packing._bfd_kernel import ctz
-
-try:  # numba is optional: without it the post-pass is skipped (as the refinement stage is)
-    import numba as _nb
-
-    HAVE_NUMBA = True
-except Exception:  # pragma: no cover - exercised where numba is absent
-    _nb = None
-    HAVE_NUMBA = False
-
-
-def compiled(fn: Any) -> Any:
-    if HAVE_NUMBA:
-        return _nb.njit(cache=True, nogil=True)(fn)
-    return fn
-
+# numba is optional: without it the post-pass is skipped (as the refinement stage is)
+from packcfg.packing._bfd_kernel import HAVE_NUMBA as HAVE_NUMBA
+from packcfg.packing._bfd_kernel import compiled, ctz
 
 # slack classes: 0 .. CLASSES - 2 exact, CLASSES - 1 for every slack from there up (a bit each in a uint64)
 CLASSES = 64

@@ -59,8 +59,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcfg.packing._bfd_kernel import ctz
-from packcfg.packing._refine_kernel import compiled, inlined
+from packcfg.packing._bfd_kernel import compiled, ctz, inlined
 
 # Under this many samples the kernel settles lengths whose completions per sample round to the same float by
 # their fractions, compared as integer cross products (a length has at most N**2 pair completions and N samples,

@@ -13,33 +13,13 @@ Plain Python runs the same code (without numba it is not used: too slow to be wo
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-try:  # numba is optional: without it the refinement stage is skipped
-    import numba as _nb
-
-    HAVE_NUMBA = True
-except Exception:  # pragma: no cover - exercised where numba is absent
-    _nb = None
-    HAVE_NUMBA = False
-
+# numba is optional: without it the refinement stage is skipped (planning.refine.enabled)
+from packcfg.packing._bfd_kernel import HAVE_NUMBA as HAVE_NUMBA
+from packcfg.packing._bfd_kernel import compiled, inlined
 
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def compiled(fn: Any) -> Any:
-    if HAVE_NUMBA:
-        return _nb.njit(cache=True, nogil=True)(fn)
-    return fn
-
-
-def inlined(fn: Any) -> Any:
-    """`compiled`, and inlined into its callers by numba itself (not left to LLVM)."""
-    if HAVE_NUMBA:
-        return _nb.njit(cache=True, nogil=True, inline="always")(fn)
-    return fn
 
 
 @inlined
