@@ -12,6 +12,7 @@ from packcfg.packing import _refine_kernel
 from packcfg.packing.planner import plan
 from packcfg.packing.planning import refine
 from packcfg.packing.planning.common import Packing
+from tests.packing.test_planner_near_pairs import _top_level_events
 from tests.packing.test_planner_refine import _few_distinct, _lb
 
 needs_numba = pytest.mark.skipif(not _refine_kernel.HAVE_NUMBA, reason="the stage needs numba")
@@ -73,3 +74,25 @@ def test_with_max_per_pack_the_rest_keeps_the_limit(monkeypatch):
     assert p.num_packs - lb == 12
     monkeypatch.setattr(refine, "NOT_FULL_AGAIN", False)
     assert plan(a, 2048, max_per_pack=8).num_packs - lb == 15
+
+
+@needs_numba
+@pytest.mark.parametrize("early", [True, False])
+def test_after_the_near_pairs_in_the_exact_trys_place_the_stage_once_more_comes_at_once(monkeypatch, early):
+    """64k samples of 4,095 distinct lengths at 8k (seed 7): the exact try gives no plan, the near pairs run in
+    its place (NEAR_PAIRS_FIRST) and land LB + 9, over the target (LB + 5); the stage once more on their packs
+    that are not full then runs at once (NOT_FULL_AFTER_NEAR) and lands LB + 5, so no try and no later exact
+    way runs. Control (NOT_FULL_AFTER_NEAR off): the tries and the exact packs once more run first, and the stage
+    once more on the packs that are not full lands the same LB + 5 last, having spent the budget between."""
+    monkeypatch.setattr(refine, "NOT_FULL_AFTER_NEAR", early)
+    events = _top_level_events(monkeypatch, ("_exact_try", "_replan", "_near_pairs_plan", "_not_full_again"))
+    a = _few_distinct(64_000, 8192, 4095)
+    p = plan(a, 8192)
+    assert p.num_packs - _lb(a, 8192) == 5
+    if early:
+        assert events == ["_exact_try", "_near_pairs_plan", "_not_full_again"]
+    else:
+        assert events[:3] == ["_exact_try", "_near_pairs_plan", "_exact_try"] and "_replan" in events
+        assert events[-1] == "_not_full_again"
+    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
+    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 8192).all()

@@ -576,6 +576,14 @@ def refine(
                 best, best_packs = plan, len(plan.offsets) - 1
                 if best_packs <= goal:
                     return best
+                if step == "near" and NOT_FULL_AFTER_NEAR and NOT_FULL_AGAIN and not effort.spent():
+                    again = _not_full_again(
+                        a, capacity, k_max, present, counts, best, best_fit, count, effort, goal, stop
+                    )
+                    if again is not None:
+                        best, best_packs = again, len(again.offsets) - 1
+                        if best_packs <= goal:
+                            return best
     assign, largest, fills = _by_pack(packing, a, present, counts)
     big = largest > capacity // 2
     keeps = [big & (fills >= capacity - max(1, capacity >> shift)) for shift in shifts]
@@ -1327,6 +1335,14 @@ EXACT_WAYS_LAST = ((True, 2, False), (True, 3, False))
 # plan is still over the target"). With a budget of its own (a second top-level plan of those packs) it
 # brought seven rows within the target, but took 4-58 ms more each
 NOT_FULL_AGAIN = True
+# ... and, where the exact try gave no plan, right after the near pairs that run in its place (NEAR_PAIRS_FIRST)
+# where their plan is still over the target, rather than only after the tries and every other step: 4,095
+# distinct at 8k with 64k samples lands +5 either way, in 32.3 -> 13.6 ms (the tries, the exact packs once more
+# and those with 2-3 tokens of slack no longer run first), with 150k +12 -> +9. On the 240 seed inputs the same
+# verdicts (1,621 -> 1,620 packs over LB; two rows over the packs target either way pass the time bar: 800
+# distinct at 2k with 64k samples, seed 3, 15.0 -> 19.2 ms), on the ratio workloads at 30k-150k and at 1M (30
+# rows) the same plans (docs/planner-history.md, stop 55)
+NOT_FULL_AFTER_NEAR = True
 # Where the plan is still over the target after every try, pairs of a sample over half the capacity and one
 # other within `slack` tokens of full first (least slack first, as many as the counts allow), then best fit and
 # this stage (the exact try included) on what they leave (_near_pairs_plan). The cutting-stock LP's plan of
