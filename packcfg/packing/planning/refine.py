@@ -112,7 +112,7 @@ EFFORT_MIN = 30_000_000
 # needs it, for fewer packs; 0.5 half)
 EFFORT_VARIABLE = "PACKCFG_PLANNER_EFFORT"
 # the exact kernel: units per nanosecond of its cost model (_exact_kernel.kernel_ns: the pair sums as the kernel
-# counts them, its completion searches and its pass over the lengths; within 0.4-2.3x of the time measured on 250
+# counts them, its completion searches and its pass over the lengths; within 0.37-2.3x of the time measured on 250
 # runs). Until stop 55 a way was charged 1 a pair of distinct lengths, fitted at stop 53 (0.3-0.7 ns a pair at
 # 2k-32k); the faster kernel of stop 54 costs 0.05-0.35 ns a pair with 8,191 lengths at 4k-128k, so the charge was
 # 4-20x its cost, and past the whole budget (30M) from 5,478 lengths: the exact try never ran on 8,191 distinct at
