@@ -249,9 +249,9 @@ def test_where_the_exact_try_gives_up_its_packs_once_more_and_the_near_pairs_com
     monkeypatch, first
 ):
     """64k samples of 4,095 distinct lengths at 4k (seed 7): the exact try runs and gives up (its exact packs and
-    L2 of their rest past the target); the near pairs (and the stage once more on their packs that are not full),
-    then the exact packs once more, make LB + 12 (measured), the tries after them. The control (NEAR_PAIRS_FIRST off): the tries first, then the exact packs once more,
-    then the near pairs: LB + 17. (Without the near pairs ahead of the exact try, which these lengths get:
+    L2 of their rest past the target); the near pairs (and the stage once more on their packs that are not
+    full), then the exact packs once more, make LB + 12 (measured), the tries after them. The control
+    (NEAR_PAIRS_FIRST off): the tries first, then the exact packs once more, then the near pairs: LB + 17. (Without the near pairs ahead of the exact try, which these lengths get:
     test_near_pairs_lead_on_lengths_that_take_most_values.)"""
     monkeypatch.setattr(refine, "NEAR_PAIRS_FIRST", first)
     monkeypatch.setattr(refine, "NEAR_PAIRS_LEAD_FRACTION", 2.0)

@@ -541,6 +541,10 @@ def refine(
             beat,
         )
 
+    def not_full_again() -> Packing | None:
+        """The stage once more on the best plan's packs that are not exactly full (_not_full_again)."""
+        return _not_full_again(a, capacity, k_max, present, counts, best, best_fit, count, effort, goal, stop)
+
     near_first = False  # the exact try gave no plan: the near pairs ran before the tries
     near_done = False  # the near pairs ran first (NEAR_PAIRS_LEAD_FRACTION)
     if (
@@ -577,9 +581,7 @@ def refine(
                 if best_packs <= goal:
                     return best
                 if step == "near" and NOT_FULL_AFTER_NEAR and NOT_FULL_AGAIN and not effort.spent():
-                    again = _not_full_again(
-                        a, capacity, k_max, present, counts, best, best_fit, count, effort, goal, stop
-                    )
+                    again = not_full_again()
                     if again is not None:
                         best, best_packs = again, len(again.offsets) - 1
                         if best_packs <= goal:
@@ -658,9 +660,7 @@ def refine(
     # still over the target: the stage once more on the packs that are not exactly full (NOT_FULL_AGAIN)
     # (where the exact try may run: the stage on the rest is the top level's, that try included)
     if NOT_FULL_AGAIN and exact_ok and depth == 0 and best_packs > goal and not effort.spent():
-        again = _not_full_again(
-            a, capacity, k_max, present, counts, best, best_fit, count, effort, goal, stop
-        )
+        again = not_full_again()
         if again is not None:
             best, best_packs = again, len(again.offsets) - 1
     # the pack-eliminating post-pass (planning/eliminate.py) where the plan is still above the goal, and at
