@@ -1,6 +1,6 @@
 """bench/lp_bound.py's bound on lengths rounded down (rounded_down_bound): a lower bound on the packs of the
-lengths themselves, whatever the grid. Bench only; needs SciPy (the LP's solver), which the dev set-up does
-not install: skipped without it."""
+lengths themselves, whatever the grid. Bench only; needs SciPy (the LP's solver), which the dev set-up
+installs (packcfg never imports it): skipped only in an environment without it."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_the_lp_table_bounds_the_rows_a_variant_misses():
     """With the stage given no budget (best fit's plan: 8,000 samples of 300 distinct at 2k, seed 1, +10 over
     LB, past the target of +5), --lp-bound's table gives that row the LP's bound (at least LB, at most the
     plan's packs) and its rounded plan (at least the bound), and says whether the target can be met. Needs
-    SciPy (the LP's solver; bench only, not in the README's set-up)."""
+    SciPy (the LP's solver; the dev set-up installs it, packcfg never imports it)."""
     pytest.importorskip("scipy")
     bench = _bench()
     out = io.StringIO()
