@@ -205,3 +205,30 @@ def test_flows_import_each_other_one_way():
 def test_training_metrics_do_not_import_the_launch_flow():
     """W&B redaction uses the core's secret-name rule (packcfg.core.secret_names), not the launch flow's."""
     assert not [m for i, m, _ in imports() if i.startswith("packcfg.train") and _flow(m) == "launch"]
+
+
+# Installed by the dev set-up for the tests and benches only (requirements-dev.txt): packcfg itself must run
+# without them, so no packcfg module imports one, lazily or not. SciPy is the benches' LP solver
+# (bench/lp_bound.py); arro3 the tests' independent Parquet reader.
+DEV_ONLY = {"scipy", "hypothesis", "pytest", "arro3"}
+
+
+def _third_party(source: str) -> set[str]:
+    """The top-level names of the absolute imports in `source` that can run (not packcfg's own)."""
+    names = set()
+    for node in _runtime_nodes(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names - {"packcfg"}
+
+
+def test_packcfg_never_imports_what_only_the_tests_and_benches_install():
+    used = {m: _third_party(p.read_text(encoding="utf-8")) for m, p in modules().items()}
+    assert "numpy" in used["packcfg.packing.planning.refine"]  # the reader sees third-party imports
+    # the control: a lazy import inside a function is found; one under TYPE_CHECKING never runs
+    control = "def f():\n    from scipy.optimize import linprog\nif TYPE_CHECKING:\n    import pytest\n"
+    assert _third_party(control) & DEV_ONLY == {"scipy"}
+    found = sorted((m, n) for m, names in used.items() for n in names & DEV_ONLY)
+    assert found == [], f"packcfg imports what only the dev set-up installs: {found}"
