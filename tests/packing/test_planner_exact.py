@@ -247,6 +247,47 @@ def test_the_kernel_compares_the_same_in_integers_and_floats(monkeypatch, capaci
         assert np.array_equal(x, y)
 
 
+@needs_numba
+@pytest.mark.parametrize(
+    "n, capacity, distinct",
+    [
+        (30_000, 2048, 999),
+        (30_000, 8192, 4095),
+        (64_000, 32768, 8191),
+        (64_000, 131072, 2000),
+        (64_000, 131072, 8191),
+    ],
+)
+@pytest.mark.parametrize(
+    "way", [(True, 0, False), (False, 0, False), (True, 1, False), (True, 1, True), (True, 3, False)]
+)
+def test_the_completions_are_the_same_searched_a_word_at_a_time_or_sparse(n, capacity, distinct, way):
+    """The completion search reads a word at a time, or ANDs the words in one pass first where the lengths are
+    sparse (SPARSE_SEARCH_SPAN): the same pair for every room, so the same packs, on dense and sparse lengths,
+    with every way the stage runs (a search that skipped the last word or misread the shift across two words
+    changes them: both were tried)."""
+    a = _few_distinct(n, capacity, distinct)
+    present, counts = np.unique(a, return_counts=True)
+    args = (
+        present[::-1].copy(),
+        counts[::-1].copy(),
+        capacity,
+        refine.EXACT_SHARE,
+        64 * (len(present) + 16),
+        *way,
+    )
+    words = _exact_kernel.exact_patterns(*args, search="words")
+    sparse = _exact_kernel.exact_patterns(*args, search="sparse")
+    assert words[5] == sparse[5] > 0
+    for x, y in zip(words[:5], sparse[:5], strict=True):
+        assert np.array_equal(x, y)
+
+
+def test_an_unknown_completion_search_is_refused():
+    with pytest.raises(ValueError, match="search is 'words', 'sparse' or None"):
+        _exact_kernel.exact_patterns(np.array([5, 3]), np.array([2, 2]), 8, 1.0, 64, search="bits")
+
+
 def _fewest_packs(samples: list[int], capacity: int) -> int:
     """The fewest packs of `capacity` that hold `samples` (brute force over subsets: up to ~10 samples)."""
     n = len(samples)
