@@ -138,13 +138,57 @@ def test_where_the_exact_packs_cannot_reach_the_target_the_rest_is_not_planned(m
 def test_below_the_cover_the_exact_try_gives_up(monkeypatch, n, capacity, distinct, cover):
     """64k samples of 600 distinct lengths at 32k: the exact packs hold 0.29 of the volume (measured), under
     EXACT_MIN_COVER; 300k samples (from 2**18) of 300 distinct at 128k: 0.013, under EXACT_MIN_COVER_LARGE.
-    The try gives up without planning the rest. Control: with the cover at 0 it plans it."""
+    Without best fit alone to try on the rest (`fit`, `count`: BARE_REST_UNDER_COVER), the try gives up without
+    planning the rest. Control: with the cover at 0 it plans it."""
     a = _few_distinct(n, capacity, distinct)
     p, rests, _ = _exact_try_on(a, capacity, lambda lb: lb + 1000)
     assert p is None and not rests
     monkeypatch.setattr(refine, cover, 0.0)
     p, rests, _ = _exact_try_on(a, capacity, lambda lb: lb + 1000)
     assert p is not None and rests
+
+
+@needs_numba
+def test_below_the_cover_best_fit_on_the_rest_is_the_plan_where_it_reaches_the_target(monkeypatch):
+    """150k samples of 2,000 distinct lengths at 128k: the exact packs hold 0.29 of the volume, under
+    EXACT_MIN_COVER, and best fit alone on their rest brings them to LB + 4 (measured; LB = L2 here). With
+    room to LB + 4 the try's plan is that one, the rest planned by best fit (`fit`) and never by the nested
+    stage (`rest_fit`); with room to LB + 3 only, `count` rules it out and best fit never plans the rest. So
+    plan() lands within LB + 5, where without it the tries land at LB + 6 (the control)."""
+    from packcfg.packing.planning.best_fit import grouped_best_fit
+
+    capacity = 131072
+    a = _few_distinct(150_000, capacity, 2000)
+    present, counts = np.unique(a, return_counts=True)
+    present, counts = present[::-1].copy(), counts[::-1].copy()
+    lb = _lb(a, capacity)
+    fits = []
+
+    def fit(rest, rest_present, rest_counts):
+        fits.append(len(rest))
+        return grouped_best_fit(rest, capacity, None)
+
+    def count(values, value_counts):
+        return len(grouped_best_fit(np.repeat(values, value_counts), capacity, None).offsets) - 1
+
+    def nested(rest, rest_goal, hist):
+        raise AssertionError("under the cover the nested stage must not plan the rest")
+
+    def exact_try(reach):
+        return refine._exact_try(
+            a, capacity, present, counts, nested, lb + 5, reach, refine.Effort(1 << 40), fit=fit, count=count
+        )
+
+    p = exact_try(lb + 4)
+    assert p is not None and len(p.offsets) - 1 == lb + 4 and len(fits) == 1
+    order = p.build()  # every sample once, no pack over the capacity
+    assert np.array_equal(np.sort(order), np.arange(len(a)))
+    assert np.add.reduceat(a[order], p.offsets[:-1]).max() <= capacity
+    fits.clear()
+    assert exact_try(lb + 3) is None and not fits
+    assert plan(a, capacity).num_packs <= lb + 5
+    monkeypatch.setattr(refine, "BARE_REST_UNDER_COVER", False)
+    assert plan(a, capacity).num_packs > lb + 5
 
 
 @needs_numba
