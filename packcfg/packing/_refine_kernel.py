@@ -368,14 +368,44 @@ LIMITED_MAX_ITEMS = 16
 LIMITED_SHARE = 4
 
 
+class Workspace:
+    """The bitset DP's rows, shared by every `Patterns` of one plan (bfd's refinement stage makes one per plan,
+    nested stages included). A pattern's DP writes its rows afresh and reads them back before the next
+    pattern, so searches that take turns can share them; what sharing saves is the pages: at 128k a search
+    writes up to 13 MB of rows, and a fresh page costs ~4 us on the shared VM measured (4,095 distinct at 128k
+    with 150k samples: two searches, 6,544 page faults). Buffers grow to the largest asked for and are never
+    shrunk (a `Patterns` asks for the most rows any search at its capacity may take, so the searches of one
+    plan get one buffer); one plan at a time (not thread-safe)."""
+
+    def __init__(self) -> None:
+        self._flat: dict[str, np.ndarray] = {}
+
+    def rows(self, name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        """An array of `shape` over the buffer `name` (np.empty: its values are whatever was there)."""
+        size = int(np.prod(shape))
+        buf = self._flat.get(name)
+        if buf is None or buf.shape[0] < size or buf.dtype != dtype:
+            buf = self._flat[name] = np.empty(size, dtype=dtype)
+        return buf[:size].reshape(shape)
+
+
 class Patterns:
     """Minimum bin slack on a histogram, run in steps: `run(work_budget, led_budget)` goes on to that budget
     (DP cells in all, from the start) and says whether the budget stopped it, so the caller may look at the
     plan so far before it spends more; the patterns are those one run with the last budget would have found.
     After the work budget, patterns go on greedy-led for led_budget more (LED_ROOM; not where k_max is at
-    most LIMITED_MAX_ITEMS: the item-limited DP does not follow greedy-led items)."""
+    most LIMITED_MAX_ITEMS: the item-limited DP does not follow greedy-led items). `workspace`: where the DP's
+    rows live (Workspace; its own where None)."""
 
-    def __init__(self, values: np.ndarray, counts: np.ndarray, capacity: int, k_max: int, waste_budget: int):
+    def __init__(
+        self,
+        values: np.ndarray,
+        counts: np.ndarray,
+        capacity: int,
+        k_max: int,
+        waste_budget: int,
+        workspace: Workspace | None = None,
+    ):
         self.values = np.ascontiguousarray(values, dtype=np.int64)
         self.left = np.array(counts, dtype=np.int64)  # what the patterns so far leave of each group
         self.capacity = int(capacity)
@@ -390,14 +420,28 @@ class Patterns:
         self._ent_n = np.empty_like(self._ent_g)
         # the bitset DP's stages: one row of capacity / 64 + 1 words per chunk, at most STAGE_WORDS in all
         n_words = (self.capacity >> 6) + 1
-        rows = min(n * (self.capacity.bit_length() + 1) + 1, STAGE_WORDS // n_words)
-        self._stages = np.empty((max(rows, 2), 1, n_words), dtype=np.uint64)
-        self._ch_g = np.empty(self._stages.shape[0], dtype=np.int64)
-        self._ch_n = np.empty(self._stages.shape[0], dtype=np.int64)
+        rows = max(2, min(n * (self.capacity.bit_length() + 1) + 1, STAGE_WORDS // n_words))
+        if workspace is None:
+            self._stages = np.empty((rows, 1, n_words), dtype=np.uint64)
+            self._ch_g = np.empty(rows, dtype=np.int64)
+            self._ch_n = np.empty(rows, dtype=np.int64)
+        else:  # as many rows as any search at this capacity may take (np.empty: pages are touched as written)
+            most = max(2, STAGE_WORDS // n_words)
+            self._stages = workspace.rows("stages", (most, 1, n_words), np.uint64)[:rows]
+            self._ch_g = workspace.rows("ch_g", (most,), np.int64)[:rows]
+            self._ch_n = workspace.rows("ch_n", (most,), np.int64)[:rows]
         # the item-limited DP's stages (k_max item counts a chunk) where max_per_pack is small enough to bind
         if self.k_max <= LIMITED_MAX_ITEMS:
-            l_rows = min(self._stages.shape[0], STAGE_WORDS // (n_words * self.k_max))
-            self._lstages = np.empty((max(l_rows, 2), self.k_max, n_words), dtype=np.uint64)
+            l_rows = max(2, min(rows, STAGE_WORDS // (n_words * self.k_max)))
+            shape = (l_rows, self.k_max, n_words)
+            if workspace is None:
+                self._lstages = np.empty(shape, dtype=np.uint64)
+            else:
+                most = max(2, STAGE_WORDS // (n_words * self.k_max))
+                self._lstages = workspace.rows(
+                    f"lstages {self.k_max}", (most, self.k_max, n_words), np.uint64
+                )
+                self._lstages = self._lstages[:l_rows]
         else:
             self._lstages = np.empty((1, 1, 1), dtype=np.uint64)
         # patterns, entries, packs, waste, DP cells spent, the first pattern of the item-limited DP

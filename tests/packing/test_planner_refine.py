@@ -950,6 +950,52 @@ def _check_steps(values, counts, capacity, k_max, budgets, lose_work=False):
 
 
 @needs_numba
+@settings(max_examples=30, deadline=None)
+@given(
+    counts=st.lists(st.integers(1, 60), min_size=2, max_size=60),
+    other=st.lists(st.integers(1, 60), min_size=2, max_size=90),
+    capacity=st.integers(512, 8192),
+    seed=st.integers(0, 2**16),
+    steps=st.lists(st.integers(1, 400), min_size=1, max_size=4),
+    k_max=st.sampled_from([4, 1 << 20]),
+)
+def test_patterns_that_share_a_workspace_find_what_each_finds_alone(
+    counts, other, capacity, seed, steps, k_max
+):
+    """bfd's refinement stage gives every pattern search of a plan one Workspace (nested stages run between a
+    try's steps): a search run in steps, with another search on other lengths (more of them, so that it
+    writes rows past the first's) run to its end between each two steps, finds the patterns, counts left and
+    work that each finds alone; and they did share the rows."""
+    rng = np.random.default_rng(seed)
+
+    def histogram(c):
+        values = np.sort(rng.choice(np.arange(1, capacity), size=len(c), replace=False))[::-1].copy()
+        return values, np.array(c, dtype=np.int64)
+
+    (values, counts), (o_values, o_counts) = histogram(counts), histogram(other)
+    budgets = np.cumsum(steps) * 3 * ((capacity >> 6) + 1)
+    space = _refine_kernel.Workspace()
+    shared = _refine_kernel.Patterns(values, counts, capacity, k_max, 1 << 40, space)
+    others = []
+    for b in budgets:
+        shared.run(int(b))
+        o = _refine_kernel.Patterns(
+            o_values, o_counts, capacity, 4 if k_max == 1 << 20 else 1 << 20, 1 << 40, space
+        )
+        o.run(int(budgets[-1]))
+        assert np.shares_memory(o._stages, shared._stages)
+        others.append(o)
+    alone = _refine_kernel.patterns(values, counts, capacity, k_max, 1 << 40, int(budgets[-1]))
+    o_alone = _refine_kernel.patterns(
+        o_values, o_counts, capacity, 4 if k_max == 1 << 20 else 1 << 20, 1 << 40, int(budgets[-1])
+    )
+    for run, ref in ((shared, alone), *((o, o_alone) for o in others)):
+        got = (run.pat_k, run.pat_end, run.ent_g, run.ent_n, run.left, run.packs, run.waste, run.work)
+        for x, y in zip(got, ref[:8], strict=True):
+            assert np.array_equal(x, y)
+
+
+@needs_numba
 def test_patterns_steps_that_lose_what_they_spent_differ():
     """The control of the test above: 600 distinct lengths at 4k, budgets of 1/3, 2/3 and all of what one run
     spends before its greedy-led patterns. Run in steps that forget the work spent, the patterns go on past

@@ -161,6 +161,9 @@ class Effort:
 
     def __init__(self, units: int) -> None:
         self.left = int(units)
+        # the DP's rows, shared by every pattern search of the plan (_refine_kernel.Workspace; made by the
+        # first search, which loads the kernel module)
+        self.workspace: object | None = None
 
     def charge(self, units: float) -> None:
         self.left -= int(units)
@@ -1127,7 +1130,9 @@ def _replan(
     cells_left = max(0, effort.left) * CELLS_PER_UNIT
     work = min(work, cells_left)
     led_work = min(int(LED_SHARE * work), cells_left - work) if led else 0
-    run = _refine_kernel.Patterns(present, counts, capacity, k_max, waste_budget)
+    if effort.workspace is None:
+        effort.workspace = _refine_kernel.Workspace()
+    run = _refine_kernel.Patterns(present, counts, capacity, k_max, waste_budget, effort.workspace)  # type: ignore[arg-type]
     seen: dict[int, int] = {}  # packs with the first c patterns and best fit's on the rest, by c
     for share in CHECK_SHARES if count is not None and work >= CHECK_MIN_WORK else ():
         if not run.run(int(share * work)):
