@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from packcfg.packing.planning.common import (
     switched_off,
     write_sorted_order,
 )
+
+if TYPE_CHECKING:
+    from packcfg.packing._refine_kernel import Workspace
 
 # DP work the stage may spend (a cell of a plain subset-sum DP; a bitset word op counts 3): about 0.1-0.3 ns
 # each compiled, so WORK_PER_ITEM per item costs well under an argsort of the lengths, and the stage's NumPy
@@ -163,7 +167,7 @@ class Effort:
         self.left = int(units)
         # the DP's rows, shared by every pattern search of the plan (_refine_kernel.Workspace; made by the
         # first search, which loads the kernel module)
-        self.workspace: object | None = None
+        self.workspace: Workspace | None = None
 
     def charge(self, units: float) -> None:
         self.left -= int(units)
@@ -850,10 +854,10 @@ def _exact_try(
     already pass `reach` packs (with `beat`, the best plan so far less one: `beat` packs); in these the rest is
     not planned. Under the cover, where `fit(lengths, present, counts)` (best fit alone) and `count(present,
     counts)` (its packs, counted on the histogram) are given, the exact packs and best fit on their rest are
-    the plan where they come within `reach` (BARE_REST_UNDER_COVER). The kernel does not run where a bound on the exact packs is under the cover: every exact pack
-    of at most three holds a sample of at least a third of the capacity, so there are at most that many such
-    packs, and at most as many with a longest sample u as capacity - u has completions that share no sample
-    (_exact_kernel.packs_bound).
+    the plan where they come within `reach` (BARE_REST_UNDER_COVER). The kernel does not run where a bound on
+    the exact packs is under the cover: every exact pack of at most three holds a sample of at least a third of
+    the capacity, so there are at most that many such packs, and at most as many with a longest sample u as
+    capacity - u has completions that share no sample (_exact_kernel.packs_bound).
 
     The exact packs are made once for each of `ways` ((pairs_first, tolerance, disjoint) each; EXACT_WAYS
     where None: every exact pair first, then so again with completions that may leave a token of slack), until
@@ -1132,7 +1136,7 @@ def _replan(
     led_work = min(int(LED_SHARE * work), cells_left - work) if led else 0
     if effort.workspace is None:
         effort.workspace = _refine_kernel.Workspace()
-    run = _refine_kernel.Patterns(present, counts, capacity, k_max, waste_budget, effort.workspace)  # type: ignore[arg-type]
+    run = _refine_kernel.Patterns(present, counts, capacity, k_max, waste_budget, effort.workspace)
     seen: dict[int, int] = {}  # packs with the first c patterns and best fit's on the rest, by c
     for share in CHECK_SHARES if count is not None and work >= CHECK_MIN_WORK else ():
         if not run.run(int(share * work)):
