@@ -98,9 +98,9 @@ def test_the_exact_try_reaches_lb_where_the_tries_miss(monkeypatch):
     assert p.num_packs - lb <= 5 and control.num_packs - lb > 5
 
 
-def _exact_try_on(a, capacity, reach):
-    """refine._exact_try on the lengths `a`, aiming at LB + 5, with a rest plan (best fit) that records its
-    calls: (plan or None, the rest plans made, exact packs + L2 of the rest, LB)."""
+def _exact_try_on(a, capacity, reach, rest_fit=None, **kw):
+    """refine._exact_try on the lengths `a`, aiming at LB + 5, with a rest plan (`rest_fit`, or best fit that
+    records its calls) and _exact_try's keywords `kw`: (plan or None, the rest plans recorded, LB)."""
     from packcfg.packing.planning.best_fit import grouped_best_fit
 
     present, counts = np.unique(a, return_counts=True)
@@ -108,11 +108,12 @@ def _exact_try_on(a, capacity, reach):
     lb = _lb(a, capacity)
     rests = []
 
-    def rest_fit(rest, rest_goal, hist):
+    def recorded(rest, rest_goal, hist):
         rests.append(len(rest))
         return grouped_best_fit(rest, capacity, None)
 
-    p = refine._exact_try(a, capacity, present, counts, rest_fit, lb + 5, reach(lb), refine.Effort(1 << 40))
+    fit = recorded if rest_fit is None else rest_fit
+    p = refine._exact_try(a, capacity, present, counts, fit, lb + 5, reach(lb), refine.Effort(1 << 40), **kw)
     return p, rests, lb
 
 
@@ -159,9 +160,6 @@ def test_below_the_cover_best_fit_on_the_rest_is_the_plan_where_it_reaches_the_t
 
     capacity = 131072
     a = _few_distinct(150_000, capacity, 2000)
-    present, counts = np.unique(a, return_counts=True)
-    present, counts = present[::-1].copy(), counts[::-1].copy()
-    lb = _lb(a, capacity)
     fits = []
 
     def fit(rest, rest_present, rest_counts):
@@ -174,18 +172,13 @@ def test_below_the_cover_best_fit_on_the_rest_is_the_plan_where_it_reaches_the_t
     def nested(rest, rest_goal, hist):
         raise AssertionError("under the cover the nested stage must not plan the rest")
 
-    def exact_try(reach):
-        return refine._exact_try(
-            a, capacity, present, counts, nested, lb + 5, reach, refine.Effort(1 << 40), fit=fit, count=count
-        )
-
-    p = exact_try(lb + 4)
+    p, _, lb = _exact_try_on(a, capacity, lambda lb: lb + 4, nested, fit=fit, count=count)
     assert p is not None and len(p.offsets) - 1 == lb + 4 and len(fits) == 1
     order = p.build()  # every sample once, no pack over the capacity
     assert np.array_equal(np.sort(order), np.arange(len(a)))
     assert np.add.reduceat(a[order], p.offsets[:-1]).max() <= capacity
     fits.clear()
-    assert exact_try(lb + 3) is None and not fits
+    assert _exact_try_on(a, capacity, lambda lb: lb + 3, nested, fit=fit, count=count)[0] is None and not fits
     assert plan(a, capacity).num_packs <= lb + 5
     monkeypatch.setattr(refine, "BARE_REST_UNDER_COVER", False)
     assert plan(a, capacity).num_packs > lb + 5
