@@ -438,10 +438,8 @@ class Patterns:
                 self._lstages = np.empty(shape, dtype=np.uint64)
             else:
                 most = max(2, STAGE_WORDS // (n_words * self.k_max))
-                self._lstages = workspace.rows(
-                    f"lstages {self.k_max}", (most, self.k_max, n_words), np.uint64
-                )
-                self._lstages = self._lstages[:l_rows]
+                lstages = workspace.rows(f"lstages {self.k_max}", (most, self.k_max, n_words), np.uint64)
+                self._lstages = lstages[:l_rows]
         else:
             self._lstages = np.empty((1, 1, 1), dtype=np.uint64)
         # patterns, entries, packs, waste, DP cells spent, the first pattern of the item-limited DP

@@ -974,21 +974,20 @@ def test_patterns_that_share_a_workspace_find_what_each_finds_alone(
 
     (values, counts), (o_values, o_counts) = histogram(counts), histogram(other)
     budgets = np.cumsum(steps) * 3 * ((capacity >> 6) + 1)
+    o_k_max = (
+        4 if k_max == 1 << 20 else 1 << 20
+    )  # the other search binds max_per_pack where this one does not
     space = _refine_kernel.Workspace()
     shared = _refine_kernel.Patterns(values, counts, capacity, k_max, 1 << 40, space)
     others = []
     for b in budgets:
         shared.run(int(b))
-        o = _refine_kernel.Patterns(
-            o_values, o_counts, capacity, 4 if k_max == 1 << 20 else 1 << 20, 1 << 40, space
-        )
+        o = _refine_kernel.Patterns(o_values, o_counts, capacity, o_k_max, 1 << 40, space)
         o.run(int(budgets[-1]))
         assert np.shares_memory(o._stages, shared._stages)
         others.append(o)
     alone = _refine_kernel.patterns(values, counts, capacity, k_max, 1 << 40, int(budgets[-1]))
-    o_alone = _refine_kernel.patterns(
-        o_values, o_counts, capacity, 4 if k_max == 1 << 20 else 1 << 20, 1 << 40, int(budgets[-1])
-    )
+    o_alone = _refine_kernel.patterns(o_values, o_counts, capacity, o_k_max, 1 << 40, int(budgets[-1]))
     for run, ref in ((shared, alone), *((o, o_alone) for o in others)):
         got = (run.pat_k, run.pat_end, run.ent_g, run.ent_n, run.left, run.packs, run.waste, run.work)
         for x, y in zip(got, ref[:8], strict=True):
