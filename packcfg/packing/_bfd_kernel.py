@@ -75,10 +75,23 @@ if HAVE_NUMBA:
 
         return sig, codegen
 
+    @_intrinsic
+    def clz(typingctx, word):  # type: ignore[no-untyped-def]
+        """Count leading zeros of a non-zero uint64 (LLVM's ctlz: one instruction on x86-64 and arm64)."""
+        sig = _types.int64(_types.uint64)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.ctlz(args[0], _ir.Constant(_ir.IntType(1), 1))
+
+        return sig, codegen
+
 else:  # pragma: no cover - the kernel is not used without numba
 
     def ctz(word):  # type: ignore[no-untyped-def]
         return (int(word) & -int(word)).bit_length() - 1
+
+    def clz(word):  # type: ignore[no-untyped-def]
+        return 64 - int(word).bit_length()
 
 
 _ONE = np.uint64(1)

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packcfg.packing._bfd_kernel import compiled, ctz, inlined
+from packcfg.packing._bfd_kernel import clz, compiled, ctz, inlined
 
 # Under this many samples the kernel settles lengths whose completions per sample round to the same float by
 # their fractions, compared as integer cross products (a length has at most N**2 pair completions and N samples,
@@ -77,6 +77,8 @@ ROOMS_MAX_SPAN = 6
 # (stop 57, 30k-150k samples): 128k with 8,181 lengths 2.6 -> 1.5 us, 64k with 8,191 3.6 -> 2.6 us; 32k with 8,191
 # (span 4) 2.3 -> 2.4 us, 8k with 4,095 (span 2) 1.0 -> 1.1 us.
 SPARSE_SEARCH_SPAN = 6
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
 # how the exact kernel counts the pair sums (`_sums_by`): in it by room or by pairs of lengths, or given (FFT)
 SUMS_BY_ROOM, SUMS_BY_LENGTH, SUMS_GIVEN = 0, 1, 2
 # the costs `_sums_by` weighs (ns, this machine): a point of the FFT's size (rfft, irfft and rounding: 13 at 2**15,
@@ -213,6 +215,17 @@ def _best_pair(cnt, room, w, m, most, f0, f1):  # type: ignore[no-untyped-def]
     return most, f0, f1
 
 
+@inlined
+def _pair_word(hb, rb, w, d):  # type: ignore[no-untyped-def]
+    """Word w of the lengths x with samples whose room - x has samples too, d = capacity - room: hb's word w
+    AND rb read from bit 64 w + d (rb's bit x + d is room - x's)."""
+    at = (w << 6) + d
+    q = at >> 6
+    b = at & 63
+    r = rb[q] if b == 0 else (rb[q] >> np.uint64(b)) | (rb[q + 1] << np.uint64(64 - b))
+    return hb[w] & r
+
+
 @compiled
 def _completion(cnt, hb, rb, capacity, room, words, nonzero):  # type: ignore[no-untyped-def]
     """A completion of `room` tokens: (-2, -1) where room is 0 (the sample fills its pack alone), (y, -1) for a
@@ -241,11 +254,7 @@ def _completion(cnt, hb, rb, capacity, room, words, nonzero):  # type: ignore[no
     tail = (np.uint64(1) << np.uint64((half & 63) + 1)) - np.uint64(1) if (half & 63) < 63 else ~np.uint64(0)
     if words.shape[0] == 0:
         for w in range(last + 1):
-            at = (w << 6) + d
-            q = at >> 6
-            b = at & 63
-            r = rb[q] if b == 0 else (rb[q] >> np.uint64(b)) | (rb[q + 1] << np.uint64(64 - b))
-            m = hb[w] & r
+            m = _pair_word(hb, rb, w, d)
             if w == last:
                 m &= tail
             most, f0, f1 = _best_pair(cnt, room, w, m, most, f0, f1)
@@ -876,6 +885,164 @@ def near_patterns(
     ent_g, ent_n = ent_g[:n_ent], ent_n[:n_ent]
     pat_k, pat_end = pat_k[:n_pat], pat_end[:n_pat]
     return pat_k, pat_end, ent_g, ent_n, counts - _used(pat_k, pat_end, ent_g, ent_n, len(counts)), int(packs)
+
+
+@inlined
+def _highest(hb, top, limit):  # type: ignore[no-untyped-def]
+    """The longest length at most `limit` with samples left (its bit in hb; top: a bit a non-zero word of hb),
+    or -1; and the words read."""
+    w = limit >> 6
+    word = hb[w] & (_ALL >> np.uint64(63 - (limit & 63)))
+    if word != 0:
+        return (w << 6) + 63 - clz(word), 1
+    t = w - 1  # the non-zero words below w, read from `top`
+    read = 1
+    while t >= 0:
+        tw = t >> 6
+        tword = top[tw] & (_ALL >> np.uint64(63 - (t & 63)))
+        read += 1
+        if tword != 0:
+            ww = (tw << 6) + 63 - clz(tword)
+            return (ww << 6) + 63 - clz(hb[ww]), read + 1
+        t = (tw << 6) - 1
+    return -1, read
+
+
+@inlined
+def _balanced_pair(cnt, hb, rb, capacity, room):  # type: ignore[no-untyped-def]
+    """The pair x + y = room (x <= y, both with samples left; two of x where x = y) with the largest x, the
+    most balanced, or -1; and the words read. hb & rb shifted, as in `_completion`, from the word of room / 2
+    down, its highest bit first, so that a search that finds a pair usually ends in its first word."""
+    half = room >> 1
+    d = capacity - room  # room - x has samples where rb's bit x + d is set
+    last = half >> 6
+    tail = (np.uint64(1) << np.uint64((half & 63) + 1)) - np.uint64(1) if (half & 63) < 63 else _ALL
+    w = last
+    while w >= 0:
+        m = _pair_word(hb, rb, w, d)
+        if w == last:
+            m &= tail
+        while m != 0:
+            bit = 63 - clz(m)
+            x = (w << 6) + bit
+            if x != room - x or cnt[x] >= 2:
+                return x, last - w + 1
+            m &= ~(np.uint64(1) << np.uint64(bit))
+        w -= 1
+    return -1, last + 1
+
+
+@inlined
+def _run_out(hb, rb, top, capacity, length):  # type: ignore[no-untyped-def]
+    """`length` has no sample left: its bits off in hb and rb, and its word's in top where that was the last."""
+    _bit_clear(hb, rb, capacity, length)
+    w = length >> 6
+    if hb[w] == 0:
+        top[w >> 6] &= ~(np.uint64(1) << np.uint64(w & 63))
+
+
+@inlined
+def _take(cnt, hb, rb, top, capacity, lengths, per_pack, m, length, k):  # type: ignore[no-untyped-def]
+    """k samples of `length` into the pack of lengths[:m] (per_pack[:m] each), taken from cnt; returns the
+    pack's distinct lengths."""
+    i = 0
+    while i < m and lengths[i] != length:
+        i += 1
+    if i == m:
+        lengths[m] = length
+        per_pack[m] = 0
+        m += 1
+    per_pack[i] += k
+    cnt[length] -= k
+    if cnt[length] == 0:
+        _run_out(hb, rb, top, capacity, length)
+    return m
+
+
+@compiled
+def _closed(present, counts, capacity, max_work, pat_k, pat_end, ent_g, ent_n):  # type: ignore[no-untyped-def]
+    """The closed packs (`closed_patterns`) of the histogram until the words read pass max_work: (patterns,
+    entries, packs, words read)."""
+    cnt = np.zeros(capacity + 1, np.int64)
+    group = _histogram(present, counts, cnt)
+    n_words = (capacity >> 6) + 2  # rb's shifted reads take the word after
+    hb = np.zeros(n_words, np.uint64)
+    rb = np.zeros(n_words, np.uint64)
+    top = np.zeros((n_words >> 6) + 1, np.uint64)
+    for g in range(present.shape[0]):
+        if counts[g] > 0:
+            _bit_set(hb, rb, capacity, present[g])
+            w = present[g] >> 6
+            top[w >> 6] |= np.uint64(1) << np.uint64(w & 63)
+    lengths = np.empty(present.shape[0], np.int64)
+    per_pack = np.empty(present.shape[0], np.int64)
+    n_pat = 0
+    n_ent = 0
+    packs = 0
+    work = 0
+    while work <= max_work:
+        room = capacity
+        m = 0
+        while room > 0:
+            if m > 0:  # closed by one sample of the room, else by the most balanced pair
+                if cnt[room] > 0:
+                    m = _take(cnt, hb, rb, top, capacity, lengths, per_pack, m, room, 1)
+                    break
+                x, read = _balanced_pair(cnt, hb, rb, capacity, room)
+                work += read
+                if x >= 0:
+                    m = _take(cnt, hb, rb, top, capacity, lengths, per_pack, m, x, 1)
+                    m = _take(cnt, hb, rb, top, capacity, lengths, per_pack, m, room - x, 1)
+                    break
+            v, read = _highest(hb, top, room)  # else led on: the longest samples that fit, as many as fit
+            work += read
+            if v < 0:
+                break  # no sample fits the room left
+            k = cnt[v] if v == 0 else min(cnt[v], room // v)  # samples of length 0 all in one pack
+            m = _take(cnt, hb, rb, top, capacity, lengths, per_pack, m, v, k)
+            room -= k * v
+        if m == 0:
+            break  # no sample left
+        # the pack once more as often as every count allows
+        more = cnt[lengths[0]] // per_pack[0]
+        for i in range(1, m):
+            more = min(more, cnt[lengths[i]] // per_pack[i])
+        if more > 0:
+            for i in range(m):
+                cnt[lengths[i]] -= more * per_pack[i]
+                if cnt[lengths[i]] == 0:
+                    _run_out(hb, rb, top, capacity, lengths[i])
+        n_ent = _record(group, lengths, per_pack, m, 1 + more, n_pat, n_ent, pat_k, pat_end, ent_g, ent_n)
+        n_pat += 1
+        packs += 1 + more
+        work += m
+    return n_pat, n_ent, packs, work
+
+
+def closed_patterns(
+    present: np.ndarray, counts: np.ndarray, capacity: int, max_work: int = 1 << 62
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """The samples in closed packs, in `exact_patterns`'s form, and the words the kernel read (its cost): every
+    sample (left all zeros), or those of the packs made before the words read passed `max_work`. A pack starts with the longest sample left; then, until it is full, it is closed by one
+    sample of its room, or else by the pair that fills its room exactly with the longest shorter sample (the
+    most balanced: two middling samples rather than a long one and a short one, which keeps the short ones
+    for the rooms only they fill), or else led on by the longest samples that fit, as many as fit. Each pack
+    is taken as often as its counts allow."""
+    present = np.ascontiguousarray(present, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    samples = int(counts.sum())
+    # every pattern, and every entry of one, takes at least one sample
+    pat_k = np.empty(samples, dtype=np.int64)
+    pat_end = np.empty(samples, dtype=np.int64)
+    ent_g = np.empty(samples, dtype=np.int64)
+    ent_n = np.empty(samples, dtype=np.int64)
+    n_pat, n_ent, packs, work = _closed(
+        present, counts, int(capacity), int(max_work), pat_k, pat_end, ent_g, ent_n
+    )
+    pat_k, pat_end = pat_k[:n_pat], pat_end[:n_pat]
+    ent_g, ent_n = ent_g[:n_ent], ent_n[:n_ent]
+    left = counts - _used(pat_k, pat_end, ent_g, ent_n, len(counts))
+    return pat_k, pat_end, ent_g, ent_n, left, int(packs), int(work)
 
 
 def _used(pat_k: np.ndarray, pat_end: np.ndarray, ent_g: np.ndarray, ent_n: np.ndarray, n: int) -> np.ndarray:

@@ -171,7 +171,9 @@ def test_the_exact_kernel_is_charged_its_cost_not_the_square_of_its_lengths(monk
     units (the FFT's 65,610 points, 8,181 lengths' searches), so it runs within the budget (30M) and the plan
     lands LB + 0 (measured). Charged 1 a pair of lengths, as until stop 55, it would cost 67M and never run;
     the control charges 6 units a nanosecond (33M, past the budget): the kernel is not called and the plan
-    lands LB + 10."""
+    lands LB + 10. Without closed packs (which bring the control to LB + 6), so that only the exact kernel's
+    charge differs."""
+    monkeypatch.setenv("PACKCFG_PLANNER_CLOSED", "off")
     a = _few_distinct(64_000, 32768, 8191)
     lengths = len(np.unique(a))
     cost = refine._exact_way_cost(lengths, 32768, len(a), *refine.EXACT_WAYS[0][1:])

@@ -156,6 +156,7 @@ def test_below_the_cover_best_fit_on_the_rest_is_the_plan_where_it_reaches_the_t
     room to LB + 4 the try's plan is that one, the rest planned by best fit (`fit`) and never by the nested
     stage (`rest_fit`); with room to LB + 3 only, `count` rules it out and best fit never plans the rest. So
     plan() lands within LB + 5, where without it the tries land at LB + 6 (the control)."""
+    monkeypatch.setenv("PACKCFG_PLANNER_CLOSED", "off")  # closed packs would plan it first
     from packcfg.packing.planning.best_fit import grouped_best_fit
 
     capacity = 131072
@@ -610,6 +611,7 @@ def test_where_the_pairs_first_miss_the_exact_packs_are_made_the_other_ways(monk
     as the second way (stop 42's, which the tolerant one replaced), LB + 9 too. Where the first way gives up (64k
     samples of 999 distinct at 32k: its packs cover 0.31 of the volume, under EXACT_MIN_COVER), no other is
     tried."""
+    monkeypatch.setenv("PACKCFG_PLANNER_CLOSED", "off")  # closed packs would plan it first
     a = _few_distinct(64_000, 4096, 800, 1)
     lb = _lb(a, 4096)
     ways = _record_ways(monkeypatch)
@@ -677,6 +679,7 @@ def test_near_the_target_the_exact_try_still_runs_first(monkeypatch):
     exact try runs first even this near the target (until stop 55 the tries ran first within 3 packs of it, and
     landed LB + 4 in 5.5-5.7 ms, where the exact kernel then cost 10.7-11.6 ms; it costs 4 ms now): its kernel is
     called once and the plan lands LB + 2. Control: without the exact try, the tries land LB + 4."""
+    monkeypatch.setenv("PACKCFG_PLANNER_CLOSED", "off")  # closed packs would plan it first
     a = _few_distinct(64_000, 32768, 999, 1)
     lb = _lb(a, 32768)
     calls = []

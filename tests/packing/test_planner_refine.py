@@ -818,6 +818,7 @@ def _within_target_against(monkeypatch, a, capacity, **control):
 def test_greedy_led_patterns_reach_the_target_at_long_context(monkeypatch):
     """64k samples of 600 distinct lengths at 32k: the DP budget covers the first ~120 patterns (2.3k of ~10k
     packs); going on greedy-led lands +3 over LB. Control: without the led budget, +7 (the target is +5)."""
+    monkeypatch.setenv("PACKCFG_PLANNER_CLOSED", "off")  # closed packs would plan it first
     _within_target_against(monkeypatch, _few_distinct(64_000, 32768, 600), 32768, LED_SHARE=0.0)
 
 
@@ -1013,6 +1014,7 @@ def test_a_try_stops_at_the_first_step_within_its_goal(monkeypatch):
     """150k samples of 600 distinct lengths at 128k: the try's patterns after half its budget (with best fit
     on what they leave) are within the target (+5 over LB when measured), and it stops there. Control:
     without the steps it spends the whole budget (its plan then +2)."""
+    monkeypatch.setenv("PACKCFG_PLANNER_CLOSED", "off")  # closed packs would plan it first
     a = _few_distinct(150_000, 131072, 600)
     lb = _lb(a, 131072)
     spent = []
@@ -1039,6 +1041,7 @@ def test_small_budgets_run_in_one_step(monkeypatch):
     """64k samples of 999 distinct lengths at 32k: the try's budget (256 cells a sample) is under
     CHECK_MIN_WORK, so its patterns run in one step, with no count between. Control: with the limit at 0 the
     same try runs in steps."""
+    monkeypatch.setenv("PACKCFG_PLANNER_CLOSED", "off")  # closed packs would plan it first
     a = _few_distinct(64_000, 32768, 999)
     runs = _spy_patterns(monkeypatch)
     plan(a, 32768)

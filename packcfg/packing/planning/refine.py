@@ -466,6 +466,19 @@ def refine(
         effort = Effort(effort_units(len(a)))
         best_fit, count = effort.fitting(best_fit), effort.counting(count)
     best, best_packs = packing, packs
+    if (
+        CLOSED_FIRST
+        and depth == 0
+        and not nested
+        and aim is None
+        and _closed_applies(capacity, k_max, len(a))
+        and not effort.spent()
+    ):
+        closed = _closed_plan(a, capacity, present, counts, effort, best_fit)
+        if len(closed.offsets) - 1 < best_packs:
+            best, best_packs = closed, len(closed.offsets) - 1
+            if best_packs <= goal:
+                return best
 
     def near_pairs() -> Packing | None:
         """The near pairs and the stage on their rest (_near_pairs_plan), where they could beat the best plan
@@ -501,6 +514,15 @@ def refine(
         NEST_DEEP_MAX_ITEMS items) where best fit has more than `rest_goal` packs."""
         rest_present, rest_counts = hist
         plan = best_fit(rest, rest_present, rest_counts)
+        if (
+            CLOSED_REST
+            and _closed_applies(capacity, k_max, len(rest))
+            and len(plan.offsets) - 1 > rest_goal
+            and not effort.spent()
+        ):
+            closed = _closed_plan(rest, capacity, rest_present, rest_counts, effort, best_fit)
+            if len(closed.offsets) < len(plan.offsets):
+                plan = closed
         if (
             not (nest or always_nest)
             or len(plan.offsets) - 1 <= rest_goal
@@ -914,6 +936,35 @@ def _exact_try(
         if len(best.offsets) - 1 <= reach:
             break
     return best
+
+
+def _closed_applies(capacity: int, k_max: int, n_items: int) -> bool:
+    """Whether closed packs may plan n items: from CLOSED_MIN_CAPACITY, where no max_per_pack could bind (a
+    closed pack holds as many samples as fit), and not switched off (PACKCFG_PLANNER_CLOSED=off)."""
+    return capacity >= CLOSED_MIN_CAPACITY and k_max >= n_items and not switched_off("PACKCFG_PLANNER_CLOSED")
+
+
+def _closed_plan(
+    a: np.ndarray,
+    capacity: int,
+    present: np.ndarray,
+    counts: np.ndarray,
+    effort: Effort,
+    best_fit: Callable[[np.ndarray, np.ndarray, np.ndarray], Packing],
+) -> Packing:
+    """The plan of the items of `a` (histogram present descending, counts) in closed packs
+    (_exact_kernel.closed_patterns): each starts with the longest sample left and is closed by one sample of
+    its room or the most balanced pair that fills it, or else led on by the longest that fit. Charged
+    CLOSED_UNITS_PER_WORD a word its kernel reads; where `effort` runs out first, best fit packs the rest."""
+    from packcfg.packing import _exact_kernel
+
+    pat_k, pat_end, ent_g, ent_n, left, packs, work = _exact_kernel.closed_patterns(
+        present, counts, capacity, max(0, effort.left) // CLOSED_UNITS_PER_WORD
+    )
+    effort.charge(CLOSED_UNITS_PER_WORD * work)
+    return _plan_of_patterns(
+        a, present, counts, pat_k, pat_end, ent_g, ent_n, left, packs, lambda r, g, h: best_fit(r, *h), 0
+    )
 
 
 def _exact_way_cost(lengths: int, capacity: int, samples: int, tolerance: int, disjoint: bool) -> float:
@@ -1459,6 +1510,10 @@ BARE_REST_UNDER_COVER = True
 # requested at 8k-128k with 30k / 150k / 1M samples (18 rows): within both 3 -> 6, packs over LB 1,127 -> 910
 # (5,000 distinct at 32k with 150k samples +29 -> +2, with 1M +168 -> +11)
 EXACT_MAX_DISTINCT = 8192
+CLOSED_FIRST = True
+CLOSED_REST = True
+CLOSED_MIN_CAPACITY = 1 << 15
+CLOSED_UNITS_PER_WORD = 3
 # the kernel's room for patterns, per distinct length (it stops when they are full; 1M samples used about one
 # a length with EXACT_SHARE 1, 0.4k-0.9k patterns for 600-999 lengths, and 29-34 a length with 0.1)
 EXACT_PATTERNS_PER_LENGTH = 64
