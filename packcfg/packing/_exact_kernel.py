@@ -215,17 +215,6 @@ def _best_pair(cnt, room, w, m, most, f0, f1):  # type: ignore[no-untyped-def]
     return most, f0, f1
 
 
-@inlined
-def _pair_word(hb, rb, w, d):  # type: ignore[no-untyped-def]
-    """Word w of the lengths x with samples whose room - x has samples too, d = capacity - room: hb's word w
-    AND rb read from bit 64 w + d (rb's bit x + d is room - x's)."""
-    at = (w << 6) + d
-    q = at >> 6
-    b = at & 63
-    r = rb[q] if b == 0 else (rb[q] >> np.uint64(b)) | (rb[q + 1] << np.uint64(64 - b))
-    return hb[w] & r
-
-
 @compiled
 def _completion(cnt, hb, rb, capacity, room, words, nonzero):  # type: ignore[no-untyped-def]
     """A completion of `room` tokens: (-2, -1) where room is 0 (the sample fills its pack alone), (y, -1) for a
@@ -254,7 +243,11 @@ def _completion(cnt, hb, rb, capacity, room, words, nonzero):  # type: ignore[no
     tail = (np.uint64(1) << np.uint64((half & 63) + 1)) - np.uint64(1) if (half & 63) < 63 else ~np.uint64(0)
     if words.shape[0] == 0:
         for w in range(last + 1):
-            m = _pair_word(hb, rb, w, d)
+            at = (w << 6) + d
+            q = at >> 6
+            b = at & 63
+            r = rb[q] if b == 0 else (rb[q] >> np.uint64(b)) | (rb[q + 1] << np.uint64(64 - b))
+            m = hb[w] & r
             if w == last:
                 m &= tail
             most, f0, f1 = _best_pair(cnt, room, w, m, most, f0, f1)
@@ -919,7 +912,13 @@ def _balanced_pair(cnt, hb, rb, capacity, room):  # type: ignore[no-untyped-def]
     tail = (np.uint64(1) << np.uint64((half & 63) + 1)) - np.uint64(1) if (half & 63) < 63 else _ALL
     w = last
     while w >= 0:
-        m = _pair_word(hb, rb, w, d)
+        # the same read as _completion's, written out: through an inlined helper shared by the two, both
+        # kernels ran 3-4x slower (numba 0.68: 8,191 distinct at 32k, the exact kernel 7 -> 28 ms)
+        at = (w << 6) + d
+        q = at >> 6
+        b = at & 63
+        r = rb[q] if b == 0 else (rb[q] >> np.uint64(b)) | (rb[q + 1] << np.uint64(64 - b))
+        m = hb[w] & r
         if w == last:
             m &= tail
         while m != 0:

@@ -408,6 +408,10 @@ def refine(
     run (bfd loads its compiled best fit there: numba is being loaded for the stage anyway); `count(values,
     counts)` gives best fit's packs on a histogram (values descending), to choose where the patterns stop.
 
+    From CLOSED_MIN_CAPACITY, closed packs come first (_closed_plan, CLOSED_FIRST; within the target they are
+    the plan) and plan every rest that best fit leaves over its goal too, where they have fewer packs
+    (CLOSED_REST).
+
     From TWO_SHIFTS_ITEMS items, try 1 runs once for each slack limit capacity >> TIGHT_SHIFTS_LARGE; from
     NEST_MIN_ITEMS items, what the kept patterns leave is planned by best fit and then this stage, nested
     (try 1 only, or try 3 where
@@ -472,6 +476,7 @@ def refine(
         and not nested
         and aim is None
         and _closed_applies(capacity, k_max, len(a))
+        and CLOSED_FIRST_SPAN * len(present) <= capacity
         and not effort.spent()
     ):
         closed = _closed_plan(a, capacity, present, counts, effort, best_fit)
@@ -509,9 +514,10 @@ def refine(
     def rest_fit(
         rest: np.ndarray, rest_goal: int, hist: tuple[np.ndarray, np.ndarray], always_nest: bool = False
     ) -> Packing:
-        """Best fit on what the kept patterns leave (`rest`, its histogram `hist`); from NEST_MIN_ITEMS items
-        (or `always_nest`), then this stage on that (nested; below the top level only on rests under
-        NEST_DEEP_MAX_ITEMS items) where best fit has more than `rest_goal` packs."""
+        """Best fit on what the kept patterns leave (`rest`, its histogram `hist`), or closed packs where best fit
+        has more than `rest_goal` packs and they have fewer (CLOSED_REST); from NEST_MIN_ITEMS items (or
+        `always_nest`), then this stage on that (nested; below the top level only on rests under
+        NEST_DEEP_MAX_ITEMS items) where the plan has more than `rest_goal` packs."""
         rest_present, rest_counts = hist
         plan = best_fit(rest, rest_present, rest_counts)
         if (
@@ -1510,9 +1516,31 @@ BARE_REST_UNDER_COVER = True
 # requested at 8k-128k with 30k / 150k / 1M samples (18 rows): within both 3 -> 6, packs over LB 1,127 -> 910
 # (5,000 distinct at 32k with 150k samples +29 -> +2, with 1M +168 -> +11)
 EXACT_MAX_DISTINCT = 8192
+# Closed packs (_exact_kernel.closed_patterns; PACKCFG_PLANNER_CLOSED=off): a pack starts with the longest
+# sample left and is closed by one sample of its room or by the most balanced pair that fills it exactly, else
+# led on by the longest samples that fit. At long context a pack holds several samples and the lengths are
+# sparse against the capacity, so a pair that fills what the longest leave is nearly always there, and the most
+# balanced one takes two middling samples and leaves the short ones for the rooms only they fill. The stage
+# makes them first, before every other step (CLOSED_FIRST): 0.3-2.5 ms at 30k-1M samples. Measured against the
+# stage without them (docs/planner-history.md, "Closed packs"): 150k samples of 4,095 distinct at 128k +6 in 40
+# ms -> +1 in 7 ms; 1M samples of 2,000 / 4,095 distinct at 128k +19 / +36 -> +4 / +5; 64k samples of 8,191
+# distinct at 128k +2 in 23 -> 6 ms (the same packs, without the exact kernel). At 32k they win on 300-2,000
+# distinct lengths and lose on 4,095-8,191 (+3..+59 where the exact packs land +0..+5); at 2k-8k they lose on
+# nearly every input (packs of two or three samples, where a pair fills the room only exactly): from here only
 CLOSED_FIRST = True
-CLOSED_REST = True
 CLOSED_MIN_CAPACITY = 1 << 15
+# ... first only where the lengths with samples are at most 1 / CLOSED_FIRST_SPAN of the values up to the
+# capacity: past it (4,095-8,191 distinct at 32k) they lost on every row, and at 8,191 distinct at 32k with 64k
+# samples, which sits at its time bar, they cost 1.5-2.5 ms for nothing. The same packs on the stress rows and
+# the 240 seed inputs with or without it (docs/planner-history.md, "Closed packs")
+CLOSED_FIRST_SPAN = 8
+# ... and on what a step leaves to best fit (the exact packs' rest, the tries' and the nested stage's), where
+# best fit lands over that rest's goal: the better of the two plans. The exact packs and closed packs on their
+# rest: 1M samples of 8,191 distinct at 128k LB + 0 (closed packs alone +23, the stage without them +28), at 32k
+# +7 -> +0; 1M samples of 600 distinct at 128k +5 -> +1
+CLOSED_REST = True
+# what a word the closed packs' kernel reads is charged to the stage's budget (about 2.2-5.4 ns a word measured;
+# the budget counts about one unit a nanosecond); where the budget runs out first, best fit packs the rest
 CLOSED_UNITS_PER_WORD = 3
 # the kernel's room for patterns, per distinct length (it stops when they are full; 1M samples used about one
 # a length with EXACT_SHARE 1, 0.4k-0.9k patterns for 600-999 lengths, and 29-34 a length with 0.1)
