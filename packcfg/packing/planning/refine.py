@@ -1530,8 +1530,9 @@ EXACT_MAX_DISTINCT = 8192
 CLOSED_FIRST = True
 CLOSED_MIN_CAPACITY = 1 << 15
 # ... first only where the lengths with samples are at most 1 / CLOSED_FIRST_SPAN of the values up to the
-# capacity: past it (4,095-8,191 distinct at 32k) they lost on every row, and at 8,191 distinct at 32k with 64k
-# samples, which sits at its time bar, they cost 1.5-2.5 ms for nothing. The same packs on the stress rows and
+# capacity: past it (8,191 distinct at 32k) they lost on every row, and with 64k samples, which sits at its time
+# bar, they cost 1.5-2.5 ms for nothing; 4,095 distinct at 32k, just within it, land within the target sooner
+# (30k samples +1 in 8.3 ms -> +3 in 2.5 ms). The same packs on the stress rows and
 # the 240 seed inputs with or without it (docs/planner-history.md, "Closed packs")
 CLOSED_FIRST_SPAN = 8
 # ... and on what a step leaves to best fit (the exact packs' rest, the tries' and the nested stage's), where
