@@ -61,6 +61,8 @@ import numpy as np
 
 from packcfg.packing._bfd_kernel import clz, compiled, ctz, inlined
 
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)  # every bit of a word (the closed packs' masks)
+
 # Under this many samples the kernel settles lengths whose completions per sample round to the same float by
 # their fractions, compared as integer cross products (a length has at most N**2 pair completions and N samples,
 # so no product passes N**3 < 2**63); from it, such ties go to the shorter length.
@@ -77,8 +79,6 @@ ROOMS_MAX_SPAN = 6
 # (stop 57, 30k-150k samples): 128k with 8,181 lengths 2.6 -> 1.5 us, 64k with 8,191 3.6 -> 2.6 us; 32k with 8,191
 # (span 4) 2.3 -> 2.4 us, 8k with 4,095 (span 2) 1.0 -> 1.1 us.
 SPARSE_SEARCH_SPAN = 6
-_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-
 # how the exact kernel counts the pair sums (`_sums_by`): in it by room or by pairs of lengths, or given (FFT)
 SUMS_BY_ROOM, SUMS_BY_LENGTH, SUMS_GIVEN = 0, 1, 2
 # the costs `_sums_by` weighs (ns, this machine): a point of the FFT's size (rfft, irfft and rounding: 13 at 2**15,
@@ -1022,11 +1022,13 @@ def closed_patterns(
     present: np.ndarray, counts: np.ndarray, capacity: int, max_work: int = 1 << 62
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
     """The samples in closed packs, in `exact_patterns`'s form, and the words the kernel read (its cost): every
-    sample (left all zeros), or those of the packs made before the words read passed `max_work`. A pack starts with the longest sample left; then, until it is full, it is closed by one
-    sample of its room, or else by the pair that fills its room exactly with the longest shorter sample (the
-    most balanced: two middling samples rather than a long one and a short one, which keeps the short ones
-    for the rooms only they fill), or else led on by the longest samples that fit, as many as fit. Each pack
-    is taken as often as its counts allow."""
+    sample (left all zeros), or those of the packs made before the words read passed `max_work`.
+
+    A pack starts with the longest sample left; then, until it is full, it is closed by one sample of its room,
+    or else by the pair that fills its room exactly with the longest shorter sample (the most balanced: two
+    middling samples rather than a long one and a short one, which keeps the short ones for the rooms only they
+    fill), or else led on by the longest samples that fit, as many as fit. Each pack is taken as often as its
+    counts allow."""
     present = np.ascontiguousarray(present, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     samples = int(counts.sum())
