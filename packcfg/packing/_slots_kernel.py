@@ -3,7 +3,7 @@ length histogram where `max_per_pack` binds.
 
 A pack starts with the largest item left. Its other items are chosen so that the pack holds about as many
 items as the items left need per pack (items left / the packs their volume fills, plus `lean`, floored;
-planning/slots.py runs a few values): while more than two of those are to go, the smallest item that still
+planning/slots.py takes -1: the pack's first item counts): while more than two of those are to go, the smallest item that still
 lets the ones after it fill the room (room - x <= (items after it) x the largest item that fits); with two to
 go, a pair that fills the room exactly where one is found among the first `exact_tries` lengths x (y looked up
 by its length), else the pair that fills it best among the first PAIR_TRIES; with one, the largest item that
@@ -232,7 +232,7 @@ def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries, t
             if first:
                 first = False
                 # the items this pack aims at besides its first: the items left per pack their volume fills,
-                # + lean
+                # + lean (planning/slots.py: -1, so that the pack holds that many with its first)
                 if n_left > 0:
                     aim = int(n_left / max(1.0, v_left / capacity) + lean)
                     if aim < 1:

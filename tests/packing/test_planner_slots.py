@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from packcfg.packing import _slots_kernel
 from packcfg.packing.planner import plan
 from packcfg.packing.planning import refine, slots
-from tests.packing.test_planner_refine import FORCED, SMALL_INPUTS, _check, _check_forced_plan
+from tests.packing.test_planner_refine import FORCED, SMALL_INPUTS, _check, _check_forced_plan, _few_distinct
 
 needs_numba = pytest.mark.skipif(not _slots_kernel.HAVE_NUMBA, reason="the slot-balanced plan needs numba")
 
@@ -211,15 +211,39 @@ def test_stats_report_the_lower_bound_with_max_per_pack():
 @needs_numba
 def test_the_tail_planned_again_saves_packs_on_large_inputs(monkeypatch):
     """From TAIL_MIN_ITEMS samples the last 10% of the slot-balanced plan's packs are planned again by the
-    whole pipeline: 1M samples of the realistic mix with 8 a pack, +233 packs over LB against +1,110 without
-    (the control: TAIL_MIN_ITEMS above the input)."""
-    a = _mix(1_000_000)
-    lb = _lb(a, 2048, 8)
-    p = plan(a, 2048, max_per_pack=8)
-    _check(p, a, 2048, 8)
+    whole pipeline: 1M samples of 600 distinct lengths at 2k with 4 a pack (bench/packing.py's few-distinct
+    lengths), +792 packs over LB against +1,106 without (the control: TAIL_MIN_ITEMS above the input). (The
+    realistic mix this test used until the slot plan aimed at the samples left per pack, +233 against +1,110,
+    now lands +12 with or without the tail.)"""
+    a = _few_distinct(1_000_000, 2048, 600)
+    lb = _lb(a, 2048, 4)
+    p = plan(a, 2048, max_per_pack=4)
+    _check(p, a, 2048, 4)
     monkeypatch.setattr(slots, "TAIL_MIN_ITEMS", 1 << 40)
-    control = plan(a, 2048, max_per_pack=8)
-    assert p.num_packs - lb <= 300 < 1000 <= control.num_packs - lb
+    control = plan(a, 2048, max_per_pack=4)
+    assert p.num_packs - lb <= 900 < 1000 <= control.num_packs - lb
+
+
+@needs_numba
+def test_a_pack_aims_at_the_samples_left_per_pack_with_its_first(monkeypatch):
+    """The slot plan alone (bfd's best fit far over LB, so every variant runs until one is within the goal)
+    on the realistic mix, 64k samples at 2k with 8 a pack: LB itself with lean -1, the pack's first sample
+    counted among the samples left per pack; the controls, a lean of 0.5 (the variants' before) or -0.5, put
+    a sample or one and a half more in every pack, spend the short samples early and land +43 / +41; -1.5,
+    half a sample fewer, +26."""
+    a = _mix(64_000)
+    values, counts = np.unique(a, return_counts=True)
+    present, counts = values[::-1].copy(), counts[::-1].copy()
+    lb = _lb(a, 2048, 8)
+
+    def slot_plan_packs(variants) -> int:
+        return min(len(_slots_kernel.plan(present, counts, 2048, 8, *v)[0]) - 1 for v in variants)
+
+    aiming = [v for v in slots.VARIANTS if v[0] == -1.0]
+    assert aiming == list(slots.VARIANTS[:3])  # they come first
+    assert slot_plan_packs(aiming) == lb
+    for lean in (0.5, -0.5, -1.5):
+        assert slot_plan_packs([(lean, tries, triples) for _, tries, triples in aiming]) > lb + 20
 
 
 def test_zero_length_samples_count_in_the_slot_bound_without_a_warning():
