@@ -3,14 +3,17 @@ length histogram where `max_per_pack` binds.
 
 A pack starts with the largest item left. Its other items are chosen so that the pack holds about as many
 items as the items left need per pack (items left / the packs their volume fills, plus `lean`, floored;
-planning/slots.py takes -1: the pack's first item counts): while more than two of those are to go, the smallest item that still
-lets the ones after it fill the room (room - x <= (items after it) x the largest item that fits); with two to
-go, a pair that fills the room exactly where one is found among the first `exact_tries` lengths x (y looked up
-by its length), else the pair that fills it best among the first PAIR_TRIES; with one, the largest item that
-fits. With `triples`, where exactly three are to go, an exact triple is looked for first: x among the
-`triples` lengths from the smallest that still lets the others fill the room up, each with an exact pair. Best fit decreasing instead fills packs with the large items first and leaves the small items, many to a
-pack, for packs of their own that run out of slots long before they run out of room (docs/packing.md, "Packs
-with max_per_pack").
+planning/slots.py takes -1: the pack's first item counts), and with `fit_aim` no more than the shortest items
+left could put in its room (`_shortest_fit`: where fewer fit, the pack takes as many, longer ones that fill
+the room, and leaves the short items to packs that can use them to fill their slots): while more than two of
+those are to go, the smallest item that still lets the ones after it fill the room (room - x <= (items after
+it) x the largest item that fits); with two to go, a pair that fills the room exactly where one is found among
+the first `exact_tries` lengths x (y looked up by its length), else the pair that fills it best among the
+first PAIR_TRIES; with one, the largest item that fits. With `triples`, where exactly three are to go, an
+exact triple is looked for first: x among the `triples` lengths from the smallest that still lets the others
+fill the room up, each with an exact pair. Best fit decreasing instead fills packs with the large items first
+and leaves the small items, many to a pack, for packs of their own that run out of slots long before they run
+out of room (docs/packing.md, "Packs with max_per_pack").
 
 Groups are the histogram's distinct lengths, descending; emptied groups are skipped through two union-find
 arrays (the next non-empty group at or after g, the previous at or before g).
@@ -145,7 +148,25 @@ def _exact_triple(values, counts, prv, by_len, room, first, last, triples, tries
 
 
 @compiled
-def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries, triples):  # type: ignore[no-untyped-def]
+def _shortest_fit(values, counts, prv, room, most):  # type: ignore[no-untyped-def]
+    """How many of the shortest items left fit in `room` together, at most `most` (values descending, so the
+    shortest group is the last non-empty one)."""
+    n = values.shape[0]
+    fit = 0
+    total = 0
+    g = _prev(prv, n - 1)
+    while g >= 0 and fit < most:
+        take = min(counts[g], most - fit)
+        if total + take * values[g] > room:
+            return fit + (room - total) // values[g]  # values[g] > 0: else every take fits
+        fit += take
+        total += take * values[g]
+        g = _prev(prv, g - 1) if g > 0 else -1
+    return fit
+
+
+@compiled
+def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries, triples, fit_aim):  # type: ignore[no-untyped-def]
     """Fill item_g (each item's group, pack after pack) and offsets; return the packs."""
     n = values.shape[0]
     if exact_tries > 0:  # each length's group, -1 where none, for the exact-pair lookup
@@ -239,6 +260,10 @@ def _plan(values, counts, capacity, k_max, item_g, offsets, lean, exact_tries, t
                         aim = 1
                     if aim > slots:
                         aim = slots
+                    if fit_aim:
+                        fit = _shortest_fit(values, counts, prv, room, aim)
+                        if fit < aim:
+                            aim = fit if fit > 0 else 1
         packs += 1
         offsets[packs] = pos
     return packs
@@ -262,6 +287,7 @@ def plan(
     lean: float,
     exact_tries: int,
     triples: int = 0,
+    fit_aim: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, item_g): the slot-balanced packs of the histogram (values descending), each item as its
     group."""
@@ -273,7 +299,16 @@ def plan(
     if capacity > LOOKUP_MAX_CAPACITY:
         exact_tries = 0  # the lookup table would hold a word per token of capacity
     packs = _plan(
-        values, left, int(capacity), int(k_max), item_g, offsets, float(lean), int(exact_tries), int(triples)
+        values,
+        left,
+        int(capacity),
+        int(k_max),
+        item_g,
+        offsets,
+        float(lean),
+        int(exact_tries),
+        int(triples),
+        bool(fit_aim),
     )
     return offsets[: packs + 1].copy(), item_g
 

@@ -52,10 +52,12 @@ GOLDEN = {
     # big-item form then raised stats["lower_bound_max_per_pack"] of the first two (553 -> 554, the plan's own
     # packs; 3,697 -> 3,698) with the plans byte-identical (order and offsets compared)
     "bfd_align_k:1:3000:4096": "899c81d80ddc04c5",
-    "bfd_align_k:2:20000:32768": "ba9a3ca5a4f23c3f",
-    # the slot-balanced plan's variants aim at the samples left per pack (lean -1, planning/slots.py; stop 59):
-    # 102 -> 103 packs on this 500-sample input (LB 97); the other two plans are byte-identical
-    "bfd_align_k:3:500:300": "4c2d7974f987358c",
+    # (stop 59: the slot plan's packs aim at no more samples than the shortest left fit, planning/slots.py:
+    # the same 3,702 packs, another plan)
+    "bfd_align_k:2:20000:32768": "231a2e72571fa5a3",
+    # the slot-balanced plan's variants aim at the samples left per pack (lean -1, planning/slots.py; stop 59),
+    # and at no more than the shortest samples left fit: 102 -> 103 packs on this 500-sample input (LB 97)
+    "bfd_align_k:3:500:300": "4fa8c2b3061fae3e",
     "histogram:1:3000:4096": "2b686e85ab402835",
     "histogram:2:20000:32768": "57f786014f69ac84",
     "histogram:3:500:300": "d415b29f0b33ff23",

@@ -28,26 +28,27 @@ def enabled() -> bool:
 
 
 # the kernel's variants, tried in this order until one is within the goal, the plan with the fewest packs
-# kept: (lean, exact_tries, triples). lean -1: a pack aims at the samples left per pack in all, its first
-# included (the kernel's aim counts the samples besides the first, computed once the first is taken); the
-# kernel's first variants (2026-11-26) took 0.5 and 0.85, a sample or two more than that in every pack,
+# kept: (lean, exact_tries, triples, fit_aim). lean -1: a pack aims at the samples left per pack in all, its
+# first included (the kernel's aim counts the samples besides the first, computed once the first is taken);
+# the kernel's first variants (2026-11-26) took 0.5 and 0.85, a sample or two more than that in every pack,
 # which spends the short samples early and leaves the last packs with long ones that cannot fill their slots.
 # 64k samples (bench/packing.py --per-pack-only's 13 rows and six more), packs over LB of the slot plan
 # alone, lean -1.5 / -1 / -0.5 / 0 / 0.5 (the best of the three lookups): realistic mix at 2k with 8 per pack
 # +38 / +1 / +7 / +53 / +70; 999 distinct at 2k with 6 +56 / +19 / +216 / +615 / +4,075; 600 distinct at 2k
 # with 4 +711 / +74 / +163 / +330 / +330; lognormal at 8k with 16 +7 / +1 / +15 / +5 / +42 (all 19 rows:
-# -1.1 / -1 / -0.9 sum to +437 / +348 / +907). The lookups: the exact pair lookup first (1,024 lengths x);
-# without it 999 distinct at 2k with 6 a pack +78 -> +19; with an exact triple where three samples are to go
-# (16 lengths x, each with up to 1,024 lookups) 63 distinct at 2k with 4 a pack +100 -> +0 (LB itself), last
-# because it costs most (lognormal at 8k with 16 a pack 39 ms against 4 ms without). Each costs 1-4 ms at 64k
-# samples. Last, lean 0.5 with the lookup, the first variant before: on none of those rows does it win, but on
-# small inputs with `align` it does (300 random lognormal inputs of 100-5,000 samples, 2-9 a pack, 300-4k:
-# without it 3 of them +9 to +12 packs, e.g. 1,114 samples at 300 with 4 a pack and align 8, 485 -> 497;
-# with it the packs of all 300 sum 217,975 -> 217,691, the fewest on 294 against 218 before). The whole
-# pipeline against the four variants of lean 0.5 / 0.85 before (docs/planner-history.md,
-# "The slot-balanced plan aims at the samples left per pack"): packs over LB on those 19 rows 448 -> 187 at
-# 64k samples, 1,247 -> 411 at 150k, 6,527 -> 2,742 at 1M.
-VARIANTS = ((-1.0, 1024, 0), (-1.0, 0, 0), (-1.0, 1024, 16), (0.5, 1024, 0))
+# -1.1 / -1 / -0.9 sum to +549 / +481 / +1,008 with the lookup). fit_aim: a pack aims at no more samples than
+# the shortest left fit in its room, and fills it with as many longer ones (the realistic mix at 2k with 4 a
+# pack +38 -> +32, the LP's bound +28). The lookups: the exact pair lookup first (1,024 lengths x); without it
+# 999 distinct at 2k with 6 a pack +78 -> +19; with an exact triple where three samples are to go (16 lengths x,
+# each with up to 1,024 lookups) 63 distinct at 2k with 4 a pack +100 -> +0 (LB itself), last because it costs
+# most (lognormal at 8k with 16 a pack 39 ms against 4 ms without). Each costs 1-4 ms at 64k samples. Last,
+# the first variant before (lean 0.5 with the lookup, no fit_aim): on none of those rows does it win, but on
+# small inputs with `align` it does (300 random lognormal inputs of 100-5,000 samples, 2-9 a pack, 300-4k: the
+# packs of all 300 sum 217,975 with the variants before, 217,730 with the first three alone, 217,687 with it).
+# The whole pipeline against the variants before (docs/planner-history.md, "The slot-balanced plan aims at
+# the samples left per pack"): packs over LB on those 19 rows 448 -> 179 at 64k samples, 1,247 -> 385 at
+# 150k, 6,527 -> 2,658 at 1M.
+VARIANTS = ((-1.0, 1024, 0, True), (-1.0, 0, 0, True), (-1.0, 1024, 16, True), (0.5, 1024, 0, False))
 
 
 # from this many items, the last TAIL_FRACTION of the best variant's packs (where its greedy choice is left
@@ -76,8 +77,10 @@ def improve(
     from packcfg.packing import _bfd_kernel, _slots_kernel
 
     best: tuple[np.ndarray, np.ndarray] | None = None
-    for lean, exact_tries, triples in VARIANTS:
-        offsets, item_g = _slots_kernel.plan(present, counts, capacity, k_max, lean, exact_tries, triples)
+    for lean, exact_tries, triples, fit_aim in VARIANTS:
+        offsets, item_g = _slots_kernel.plan(
+            present, counts, capacity, k_max, lean, exact_tries, triples, fit_aim
+        )
         if len(offsets) - 1 < packs:
             best, packs = (offsets, item_g), len(offsets) - 1
         if packs <= goal:
