@@ -618,6 +618,8 @@ def test_where_the_pairs_first_miss_the_exact_packs_are_made_the_other_ways(monk
     assert plan(a, 4096).num_packs - lb == 4 and ways == [(True, 0, False), (True, 1, False)]
     monkeypatch.setattr(refine, "EXACT_WAYS_AGAIN", ())  # the controls: these ways only
     monkeypatch.setattr(refine, "EXACT_WAYS_LAST", ())  # nor the ways with 2-3 tokens last
+    # nor the near pairs' smaller slack on these sparse lengths (stop 59), with which the later steps land +6
+    monkeypatch.setattr(refine, "NEAR_PAIR_SPARSE_FRACTION", 0.0)
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False),))
     assert plan(a, 4096).num_packs - lb == 9
     monkeypatch.setattr(refine, "EXACT_WAYS", ((True, 0, False), (False, 0, False)))

@@ -288,3 +288,33 @@ def test_near_pairs_lead_on_lengths_that_take_most_values(monkeypatch):
     events.clear()
     assert plan(a, 4096).num_packs - _lb(a, 4096) == 12
     assert events[:2] == ["_exact_try", "_near_pairs_plan"]
+
+
+@needs_numba
+def test_near_pairs_on_sparse_lengths_take_less_slack(monkeypatch):
+    """150k samples of 4,095 distinct lengths at 8k (half the values up to 8,192): the near pairs take at most
+    NEAR_PAIR_SPARSE_SLACK (4) tokens of slack, where 16 would be theirs at 8k, and the plan lands LB + 4, within
+    the target (measured). Control: the same slack as on denser lengths (NEAR_PAIR_SPARSE_FRACTION 0), LB + 9.
+    The lengths the fraction leaves at 16: 8,191 distinct at 8k (0.75 of the values)."""
+    slacks = []
+    real = refine._near_pairs
+
+    def spy(present, counts, capacity, slack):
+        slacks.append(slack)
+        return real(present, counts, capacity, slack)
+
+    monkeypatch.setattr(refine, "_near_pairs", spy)
+    a = _few_distinct(150_000, 8192, 4095)
+    assert len(np.unique(a)) < refine.NEAR_PAIR_SPARSE_FRACTION * 8192
+    lb = _lb(a, 8192)
+    p = plan(a, 8192)
+    assert p.num_packs - lb == 4 <= refine.margin(lb) and set(slacks) == {4}
+    assert sorted(a[p.order].tolist()) == sorted(a.tolist())
+    assert (np.add.reduceat(a[p.order], p.offsets[:-1]) <= 8192).all()
+    dense = _few_distinct(64_000, 8192, 8191)
+    slacks.clear()
+    plan(dense, 8192)
+    assert set(slacks) == {16}
+    monkeypatch.setattr(refine, "NEAR_PAIR_SPARSE_FRACTION", 0.0)
+    slacks.clear()
+    assert plan(a, 8192).num_packs - lb == 9 and set(slacks) == {16}

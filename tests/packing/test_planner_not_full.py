@@ -84,7 +84,10 @@ def test_after_the_near_pairs_in_the_exact_trys_place_the_stage_once_more_comes_
     its place (NEAR_PAIRS_FIRST) and land LB + 9, over the target (LB + 5); the stage once more on their packs
     that are not full then runs at once (NOT_FULL_AFTER_NEAR) and lands LB + 5, so no try and no later exact
     way runs. Control (NOT_FULL_AFTER_NEAR off): the tries and the exact packs once more run first, and the stage
-    once more on the packs that are not full lands the same LB + 5 last, having spent the budget between."""
+    once more on the packs that are not full lands the same LB + 5 last, having spent the budget between. The
+    near pairs take their slack as before stop 59 (16 tokens): with the smaller slack on these sparse lengths
+    (NEAR_PAIR_SPARSE_FRACTION) they land LB + 2 themselves, within the target, and nothing runs after them."""
+    monkeypatch.setattr(refine, "NEAR_PAIR_SPARSE_FRACTION", 0.0)
     monkeypatch.setattr(refine, "NOT_FULL_AFTER_NEAR", early)
     events = _top_level_events(monkeypatch, ("_exact_try", "_replan", "_near_pairs_plan", "_not_full_again"))
     a = _few_distinct(64_000, 8192, 4095)

@@ -494,7 +494,7 @@ def refine(
             k_max,
             present,
             counts,
-            _near_slack(capacity),
+            _near_slack(capacity, present),
             best_fit,
             count,
             effort,
@@ -785,9 +785,15 @@ def _near_pairs_apply(capacity: int, k_max: int, a: np.ndarray) -> bool:
     )
 
 
-def _near_slack(capacity: int) -> int:
-    """The near pairs' slack in tokens: capacity >> NEAR_PAIR_SLACK_SHIFT, at most NEAR_PAIR_MAX_SLACK."""
-    return min(capacity >> NEAR_PAIR_SLACK_SHIFT, NEAR_PAIR_MAX_SLACK)
+def _near_slack(capacity: int, present: np.ndarray) -> int:
+    """The near pairs' slack in tokens: capacity >> NEAR_PAIR_SLACK_SHIFT, at most NEAR_PAIR_MAX_SLACK, and at
+    most NEAR_PAIR_SPARSE_SLACK at NEAR_PAIR_SPARSE_CAPACITIES where the lengths with samples (present,
+    descending) are under NEAR_PAIR_SPARSE_FRACTION of the values up to the longest."""
+    slack = min(capacity >> NEAR_PAIR_SLACK_SHIFT, NEAR_PAIR_MAX_SLACK)
+    sparse = len(present) < NEAR_PAIR_SPARSE_FRACTION * int(present[0])
+    if sparse and NEAR_PAIR_SPARSE_CAPACITIES[0] <= capacity <= NEAR_PAIR_SPARSE_CAPACITIES[1]:
+        return min(slack, NEAR_PAIR_SPARSE_SLACK)
+    return slack
 
 
 def _near_pairs(
@@ -1440,6 +1446,24 @@ NOT_FULL_AFTER_NEAR = True
 NEAR_PAIR_SLACK_SHIFT = 8
 NEAR_PAIR_MAX_SLACK = 16
 NEAR_PAIR_MAX_CAPACITY = 1 << 14
+# At 4k-8k, where the lengths with samples are under this fraction of the values up to the longest, the near
+# pairs' slack is at most NEAR_PAIR_SPARSE_SLACK tokens (stop 59). There a long sample without an exact partner
+# is better closed by two others than paired at 5-16 tokens short: the cutting-stock LP's plan of 4,095 distinct
+# lengths at 8k with 150k samples (half the values) has 17.6k packs of a long sample and one other and 23.5k of a
+# long one and two, ours had 27.6k and 13.5k. With slack 4 there, 4,095 distinct at 8k with 64k / 150k / 1M
+# samples +5 / +9 / +59 -> +2 / +4 / +31 over LB (within the target; 22 / 101 / 192 -> 16 / 21 / 43 ms); on the
+# 240 seed inputs seven rows at 4k of 400-1,500 distinct lengths (a tenth to 0.37 of the values) gain 2-18 packs
+# and no row loses (1,542 -> 1,502 packs over LB; 800 distinct at 4k with 150k samples, seed 1, +11 either way
+# in 43 -> 56 ms). Denser lengths lose with slack 4 (8,191 distinct at 8k, 0.75 of the values, +15 -> +28;
+# 4,095 distinct at 4k, 0.75, +12 -> +36 with 64k samples), hence the fraction (any value between 0.5 and 0.75
+# gives the same plans on these inputs). So do the 2k rows, where the slack is 8 (800 distinct, 0.39 of the
+# values: three seeds gain and two lose; 1,500 distinct lose), and 16k (400 distinct with 150k samples, seed 4,
+# +3 -> +4; 6,000 distinct with 30k, 0.36, with the exact try unaffordable, +2 -> +10), hence the capacities.
+# Slack 2 at 4k (a capacity >> 11 rule) was mixed against 4 (docs/planner-history.md, "The near pairs' slack on
+# sparse lengths")
+NEAR_PAIR_SPARSE_FRACTION = 0.6
+NEAR_PAIR_SPARSE_SLACK = 4
+NEAR_PAIR_SPARSE_CAPACITIES = (1 << 12, 1 << 13)
 # Where the exact try gives no plan, because it cannot afford its first way's kernel (its cost model,
 # EXACT_UNITS_PER_NS, over what the budget has left) or because it gave up (its exact packs and L2 of their rest
 # past the target), what came after the tries comes before them: the near pairs, whose rest has fewer lengths
