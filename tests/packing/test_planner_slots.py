@@ -30,6 +30,12 @@ def _lb(a: np.ndarray, capacity: int, k_max: int) -> int:
     return refine.lower_bound(values[::-1], counts[::-1], capacity, k_max)
 
 
+def _descending(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The length histogram as the slot kernel takes it: lengths descending, and their counts."""
+    values, counts = np.unique(a, return_counts=True)
+    return values[::-1].copy(), counts[::-1].copy()
+
+
 def _without_slots(a, capacity, **kw):
     with pytest.MonkeyPatch.context() as m:
         m.setenv("PACKCFG_PLANNER_SLOTS", "off")
@@ -225,15 +231,14 @@ def test_the_tail_planned_again_saves_packs_on_large_inputs(monkeypatch):
 
 
 @needs_numba
-def test_a_pack_aims_at_the_samples_left_per_pack_with_its_first(monkeypatch):
+def test_a_pack_aims_at_the_samples_left_per_pack_with_its_first():
     """The slot plan alone (bfd's best fit far over LB, so every variant runs until one is within the goal)
     on the realistic mix, 64k samples at 2k with 8 a pack: LB itself with lean -1, the pack's first sample
     counted among the samples left per pack; the controls, a lean of 0.5 (the variants' before) or -0.5, put
     a sample or one and a half more in every pack, spend the short samples early and land over the target
     (+13 / +30); -1.5, half a sample fewer, +26."""
     a = _mix(64_000)
-    values, counts = np.unique(a, return_counts=True)
-    present, counts = values[::-1].copy(), counts[::-1].copy()
+    present, counts = _descending(a)
     lb = _lb(a, 2048, 8)
 
     def slot_plan_packs(variants) -> int:
@@ -253,8 +258,7 @@ def test_a_pack_aims_at_no_more_samples_than_the_shortest_left_fit():
     realistic mix, 64k samples at 2k with 4 a pack, +32 packs over LB (the cutting-stock LP's bound with the
     limit is LB + 28, and its plan made whole too); the control, the aim as it is, +38."""
     a = _mix(64_000)
-    values, counts = np.unique(a, return_counts=True)
-    present, counts = values[::-1].copy(), counts[::-1].copy()
+    present, counts = _descending(a)
     lb = _lb(a, 2048, 4)
 
     def packs(fit_aim: bool) -> int:
